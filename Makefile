@@ -1,0 +1,37 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+
+# torch and torchvision come from the files on this machine's disk (see README);
+# the package itself is installed editable with its dev extras.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/reliacal demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check reliacal tests benchmarks examples
+	$(BIN)/ruff format --check reliacal tests benchmarks examples
+
+format: $(STAMP)
+	$(BIN)/ruff format reliacal tests benchmarks examples
+	$(BIN)/ruff check --fix reliacal tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) reliacal-demo .pytest_cache

@@ -1,0 +1,262 @@
+"""Speed and peak memory of reliacal.metrics, side by side with the peers.
+
+On an (n, K) float32 probability matrix (default 1,000,000 x 100) this times every
+reliacal metric and the full report, a bare numpy ``max`` + ``argmax`` pass (the
+floor for any top-label binned metric), torchmetrics' multiclass ECE, relplot's
+smECE (given the top-label confidences, as relplot takes them) and netcal's ECE
+when netcal is installed. Contenders run interleaved, ``--repeats`` rounds, so that
+load from other users affects all of them alike; the table reports the median and
+the minimum. Peak memory is the growth of the process's resident set during one
+call (Linux ``VmHWM`` after resetting it), so torch's allocations count too.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/metrics_speed.py              # prints, writes results
+    .venv/bin/python benchmarks/metrics_speed.py --n 100000   # a quicker look
+
+Results go to ``benchmarks/results/metrics_speed.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import platform
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import relplot
+import torch
+from torchmetrics.functional.classification import multiclass_calibration_error
+
+import reliacal.metrics as rm
+
+RESULTS = Path(__file__).parent / "results" / "metrics_speed.md"
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def rss_growth_mb(function) -> float | None:
+    """Growth of the resident set during ``function()``, in MB (None if unsupported).
+
+    Counts every allocation (numpy, torch, Python). Free heap memory is first handed
+    back to the system (glibc ``malloc_trim``), else a call could reuse pages freed
+    by an earlier one and seem to need nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # resets VmHWM to the current resident set
+    except OSError:
+        return None
+    before = _status_kb("VmRSS")
+    function()
+    return (_status_kb("VmHWM") - before) / 1024
+
+
+def traced_peak_mb(function) -> float:
+    """Peak of numpy/Python allocations during ``function()`` (tracemalloc), in MB."""
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def make_data(n_samples: int, n_classes: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((n_samples, n_classes), dtype=np.float32)
+    logits *= 3.0
+    probs = rm.softmax(logits)
+    del logits
+    # Labels agree with the arg-max 60% of the time: a miscalibrated model.
+    predicted = probs.argmax(axis=1)
+    labels = np.where(
+        rng.uniform(size=n_samples) < 0.6, predicted, rng.integers(0, n_classes, n_samples)
+    )
+    return probs, labels
+
+
+def contenders(probs, labels):
+    n_classes = probs.shape[1]
+    probs_t, labels_t = torch.from_numpy(probs), torch.from_numpy(labels)
+    confidence = probs.max(axis=1).astype(np.float64)
+    correct = (probs.argmax(axis=1) == labels).astype(np.float64)
+    correct_int = correct.astype(np.int64)
+    runs = {
+        "numpy max + argmax (floor)": lambda: (probs.max(axis=1), probs.argmax(axis=1)),
+        "reliacal ECE": lambda: rm.expected_calibration_error(labels, probs),
+        "reliacal ECE l2": lambda: rm.expected_calibration_error(labels, probs, norm="l2"),
+        "reliacal MCE": lambda: rm.maximum_calibration_error(labels, probs),
+        "reliacal adaptive ECE": lambda: rm.expected_calibration_error(
+            labels, probs, strategy="quantile"
+        ),
+        "reliacal debiased ECE": lambda: rm.debiased_calibration_error(labels, probs),
+        "reliacal binned_statistics": lambda: rm.binned_statistics(labels, probs),
+        "reliacal classwise ECE": lambda: rm.classwise_calibration_error(labels, probs),
+        "reliacal smooth ECE (matrix)": lambda: rm.smooth_calibration_error(labels, probs),
+        "reliacal smooth ECE (conf, correct)": lambda: rm.smooth_calibration_error(
+            correct_int, confidence, mode="positive"
+        ),
+        "reliacal NLL": lambda: rm.negative_log_likelihood(labels, probs),
+        "reliacal Brier": lambda: rm.brier_score(labels, probs),
+        "reliacal accuracy": lambda: rm.accuracy(labels, probs),
+        "reliacal calibration_report": lambda: rm.calibration_report(labels, {"m": probs}),
+        "torchmetrics ECE": lambda: multiclass_calibration_error(
+            probs_t, labels_t, n_classes, n_bins=15, norm="l1"
+        ),
+        "torchmetrics MCE": lambda: multiclass_calibration_error(
+            probs_t, labels_t, n_classes, n_bins=15, norm="max"
+        ),
+        "relplot smECE (conf, correct)": lambda: relplot.smECE(confidence, correct),
+    }
+    try:
+        from netcal.metrics import ECE as NetcalECE
+
+        runs["netcal ECE"] = lambda: NetcalECE(bins=15).measure(probs, labels)
+    except ImportError:
+        pass
+    return runs
+
+
+def measure(runs, repeats: int):
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, function in runs.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    memory = {
+        name: (rss_growth_mb(function), traced_peak_mb(function)) for name, function in runs.items()
+    }
+    return times, memory
+
+
+def build_report(args, runs, times, memory, checks, load_before, load_after) -> str:
+    median = {name: statistics.median(values) for name, values in times.items()}
+    best = {name: min(values) for name, values in times.items()}
+    floor = "numpy max + argmax (floor)"
+    lines = [
+        "# reliacal.metrics speed",
+        "",
+        f"Command: `.venv/bin/python benchmarks/metrics_speed.py --n {args.n} --k {args.k} "
+        f"--repeats {args.repeats}`",
+        "",
+        f"Run {datetime.datetime.now().isoformat(timespec='minutes')} on {platform.node()}: "
+        f"{os.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} "
+        f"after (the machine is shared); numpy {np.__version__}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}.",
+        f"Data: {args.n:,} x {args.k} float32 probabilities ({args.n * args.k * 4 / 1e6:.0f} MB).",
+        "",
+        "Peak memory: growth of the resident set during one call (all allocations,",
+        "torch included) and the tracemalloc peak (numpy and Python allocations only).",
+        "",
+        "| contender | median s | min s | median / floor | RSS growth MB | tracemalloc MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in runs:
+        rss, traced = memory[name]
+        lines.append(
+            f"| {name} | {median[name]:.3f} | {best[name]:.3f} | "
+            f"{median[name] / median[floor]:.2f} | "
+            f"{'n/a' if rss is None else f'{rss:.0f}'} | {traced:.0f} |"
+        )
+
+    def ratio(slow: str, fast: str) -> str:
+        return f"{median[slow] / median[fast]:.2f}x (median), {best[slow] / best[fast]:.2f}x (min)"
+
+    lines += ["", "## Targets", ""]
+    for name in (
+        "reliacal ECE",
+        "reliacal ECE l2",
+        "reliacal MCE",
+        "reliacal adaptive ECE",
+        "reliacal debiased ECE",
+        "reliacal binned_statistics",
+    ):
+        value = median[name] / median[floor]
+        verdict = "met" if value <= 1.5 else "MISSED"
+        lines.append(f"- {name} / floor: {value:.2f} (target <= 1.5): {verdict}")
+    for name in ("reliacal ECE", "reliacal MCE"):
+        peer = name.replace("reliacal", "torchmetrics")
+        value = median[peer] / median[name]
+        verdict = "met" if value >= 2 else "MISSED"
+        lines.append(f"- {peer} / {name}: {ratio(peer, name)} (target >= 2x): {verdict}")
+    if "netcal ECE" in median:
+        lines.append(f"- netcal ECE / reliacal ECE: {ratio('netcal ECE', 'reliacal ECE')}")
+    else:
+        lines.append("- netcal: not installed, not measured")
+    for name in ("reliacal smooth ECE (conf, correct)", "reliacal smooth ECE (matrix)"):
+        value = median["relplot smECE (conf, correct)"] / median[name]
+        verdict = "met" if value >= 3 else "MISSED"
+        lines.append(
+            f"- relplot smECE / {name}: {ratio('relplot smECE (conf, correct)', name)} "
+            f"(target >= 3x): {verdict}"
+        )
+    lines += [
+        "",
+        "The `(matrix)` smooth ECE includes reliacal's validation and arg-max pass over the",
+        "matrix; relplot is handed the confidences, so `(conf, correct)` is the like-for-like",
+        "comparison.",
+        "",
+        "## Checks",
+        "",
+    ]
+    lines += [f"- {check}" for check in checks]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000, help="number of samples")
+    parser.add_argument("--k", type=int, default=100, help="number of classes")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    probs, labels = make_data(args.n, args.k)
+    runs = contenders(probs, labels)
+    for function in runs.values():  # warm-up: imports, first-touch page faults
+        function()
+    load_before = os.getloadavg()[0]
+    times, memory = measure(runs, args.repeats)
+    load_after = os.getloadavg()[0]
+
+    confidence = probs.max(axis=1).astype(np.float64)
+    correct = (probs.argmax(axis=1) == labels).astype(np.float64)
+    ours = rm.smooth_calibration_error(labels, probs)
+    theirs = relplot.smECE(confidence, correct)
+    ece = rm.expected_calibration_error(labels, probs)
+    torch_ece = multiclass_calibration_error(
+        torch.from_numpy(probs), torch.from_numpy(labels), args.k, n_bins=15
+    ).item()
+    checks = [
+        f"smooth ECE: reliacal {ours:.6f}, relplot {theirs:.6f}, |difference| "
+        f"{abs(ours - theirs):.1e} (required <= 1e-4)",
+        f"ECE: reliacal {ece:.6f}, torchmetrics {torch_ece:.6f}, |difference| "
+        f"{abs(ece - torch_ece):.1e}",
+    ]
+    report = build_report(args, runs, times, memory, checks, load_before, load_after)
+    print(report)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report)
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

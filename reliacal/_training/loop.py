@@ -1,0 +1,471 @@
+"""The epoch and step loop behind :func:`reliacal.training.fit_module`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from tqdm.auto import tqdm
+
+from reliacal._data import collate_fn_of
+from reliacal._device import resolve_device, to_device
+from reliacal._training.evaluation import as_input, batch_length, evaluate
+from reliacal._training.optim import Precision, make_optimizer, make_scheduler
+from reliacal._training.results import TrainingDivergedError, TrainingResult
+from reliacal._training.state import (
+    ExponentialMovingAverage,
+    capture_rng_state,
+    checkpoint_path,
+    cpu_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+
+logger = logging.getLogger("reliacal")
+
+# Settings that may change between an interrupted run and its resumption.
+RESUMABLE_CHANGES = ("checkpoint_dir", "device", "verbose", "num_workers")
+
+
+class Run:
+    """State of one call to :func:`fit_module`."""
+
+    def __init__(self, module, loss_fn, train_data, config, validation_data, logits_fn, transform):
+        self.module, self.loss_fn, self.config = module, loss_fn, config
+        self.logits_fn, self.transform = logits_fn, transform
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.device = _training_device(config.device, self.distributed)
+        self.path = checkpoint_path(config.checkpoint_dir) if config.checkpoint_dir else None
+        self.checkpoint = load_checkpoint(self.path) if self.path is not None else None
+        self.n_samples = len(train_data)
+        if self.checkpoint is not None:
+            _check_checkpoint_config(self.checkpoint, config, self.path)
+            if self.checkpoint["n_samples"] != self.n_samples:
+                raise ValueError(
+                    f"the checkpoint {self.path} was written for {self.checkpoint['n_samples']} "
+                    f"training samples, train_data has {self.n_samples}; use a new checkpoint_dir"
+                )
+            self.seed = int(self.checkpoint["seed"])
+        else:
+            self.seed = self._shared_seed()
+        split_seed, self.shuffle_seed, host_seed = np.random.SeedSequence(self.seed).generate_state(
+            3
+        )
+
+        if validation_data is None and config.validation_fraction > 0:
+            train_data, validation_data = _split(
+                train_data, config.validation_fraction, int(split_seed)
+            )
+        self.sampler = DistributedSampler(
+            train_data,
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=True,
+            seed=int(self.shuffle_seed),
+        )
+        pin = self.device.type == "cuda"
+        self.loader_generator = torch.Generator()
+        self.train_loader = DataLoader(
+            train_data,
+            batch_size=config.batch_size,
+            sampler=self.sampler,
+            num_workers=config.num_workers,
+            pin_memory=pin,
+            generator=self.loader_generator,
+            # A user's DataLoader may pad text in its collate_fn; keep it.
+            collate_fn=collate_fn_of(train_data),
+        )
+        if len(self.train_loader) == 0:
+            raise ValueError("train_data is empty")
+        self.validation_loader = (
+            None
+            if validation_data is None
+            else DataLoader(
+                validation_data,
+                batch_size=config.batch_size,
+                shuffle=False,
+                num_workers=config.num_workers,
+                pin_memory=pin,
+                collate_fn=collate_fn_of(validation_data),
+            )
+        )
+        if config.random_state is not None:
+            # Different dropout masks on each process, the same run after run.
+            rank_seed = int(
+                np.random.SeedSequence([int(host_seed), self.rank]).generate_state(1)[0]
+            )
+            self.host_seed: int | None = rank_seed
+        else:
+            self.host_seed = None
+
+        if self.distributed and self.device.type == "cuda":
+            # Collectives on objects (checkpoint RNG states) use the current device.
+            torch.cuda.set_device(self.device)
+        self.module.to(self.device)
+        self.model: nn.Module = self.module
+        if self.distributed:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.module, device_ids=device_ids)
+        self.optimizer = make_optimizer(self.module, config)
+        self.steps_per_epoch = len(self.train_loader)
+        self.scheduler = make_scheduler(self.optimizer, config, self.steps_per_epoch)
+        self.precision = Precision(config.mixed_precision, self.device)
+        self.ema = (
+            ExponentialMovingAverage(self.module, config.ema_decay)
+            if config.ema_decay is not None
+            else None
+        )
+        self.history: list[dict[str, Any]] = []
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_epoch, self.best_score = 0, math.nan
+        self.epochs_without_improvement = 0
+        self.epochs_done = 0
+        self.finished = self.stopped_early = False
+        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        self.main = self.rank == 0
+
+    def fit(self, callbacks) -> TrainingResult:
+        if self.host_seed is not None:
+            _seed_host(self.host_seed)
+        if self.checkpoint is not None:
+            self._load(self.checkpoint)
+            self.checkpoint = None
+            if self.main:
+                logger.info("resuming from %s after epoch %d", self.path, self.epochs_done)
+        config = self.config
+        epochs = tqdm(
+            range(self.epochs_done, config.max_epochs),
+            desc="epochs",
+            disable=not (config.verbose and self.main),
+            initial=self.epochs_done,
+            total=config.max_epochs,
+        )
+        try:
+            for epoch_index in epochs:
+                if self.finished:
+                    break
+                logs = self._epoch(epoch_index)
+                epochs.set_postfix(
+                    {k: f"{v:.4g}" for k, v in logs.items() if k in ("train_loss", "val_ece")}
+                )
+                self._save()
+                if self._callbacks_stop(callbacks, logs) and not self.finished:
+                    self.finished = self.stopped_early = True
+                    self._save()
+        finally:
+            epochs.close()
+        return self._finish()
+
+    def _epoch(self, epoch_index: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        train_loss = self._train_epoch(epoch_index)
+        logs: dict[str, Any] = {"epoch": epoch_index + 1, "train_loss": train_loss}
+        logs["lr"] = self._last_lr
+        if self.validation_loader is not None:
+            scores = self._validate()
+            logs.update({f"val_{name}": value for name, value in scores.items()})
+            score = scores[self.config.selection_metric]
+            if self.best_state is None or _better(score, self.best_score, self.config):
+                self.best_state = self._current_weights()
+                self.best_epoch, self.best_score = epoch_index + 1, score
+                self.epochs_without_improvement = 0
+            else:
+                self.epochs_without_improvement += 1
+        logs["time"] = time.perf_counter() - start
+        self.history.append(logs)
+        self.epochs_done = epoch_index + 1
+        patience = self.config.n_iter_no_change
+        if self.epochs_done == self.config.max_epochs:
+            self.finished = True
+        elif patience is not None and self.epochs_without_improvement >= patience:
+            self.finished = self.stopped_early = True
+        if self.main:
+            logger.info(
+                "epoch %d/%d %s",
+                self.epochs_done,
+                self.config.max_epochs,
+                " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k != "epoch"),
+            )
+        return logs
+
+    def _train_epoch(self, epoch_index: int) -> float:
+        self.model.train()
+        self.sampler.set_epoch(epoch_index)
+        # Worker seeds come from this generator: tie them to the epoch for resumption.
+        self.loader_generator.manual_seed(int(self.shuffle_seed) + epoch_index)
+        batches = tqdm(
+            self.train_loader,
+            desc=f"epoch {epoch_index + 1}",
+            leave=False,
+            disable=not (self.config.verbose >= 2 and self.main),
+        )
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = torch.zeros((), dtype=torch.float64, device=self.device)
+        for step, (x, y) in enumerate(batches):
+            x, y = as_input(to_device(x, self.device)), to_device(y, self.device)
+            if self.transform is not None:
+                x = self.transform(x)
+            loss = self._step(x, y, epoch_index, step)
+            n = batch_length(x, y)
+            loss_sum += loss * n
+            count += n
+        batches.close()
+        if self.distributed:
+            dist.all_reduce(loss_sum)
+            dist.all_reduce(count)
+        return float(loss_sum / count)
+
+    def _step(self, x, y, epoch_index: int, step: int) -> torch.Tensor:
+        buffers = {name: b.detach().clone() for name, b in self.module.named_buffers()}
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.precision.autocast():
+            loss = self.loss_fn(self.model(x), y)
+        if not (isinstance(loss, torch.Tensor) and loss.ndim == 0):
+            raise ValueError("loss_fn must return a scalar tensor (the mean loss of the batch)")
+        scaler = self.precision.scaler
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if self.config.grad_clip_norm is None:
+            grads = [p.grad for p in params if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm(grads)
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip_norm)
+        loss_value = loss.detach().double()
+        # float16 gradients overflow routinely; the scaler then skips the step.
+        bad = ~torch.isfinite(loss_value)
+        if scaler is None:
+            bad = bad | ~torch.isfinite(grad_norm)
+        if self.distributed:
+            bad = bad.to(torch.int64)
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if bool(bad):
+            self._diverged(buffers, epoch_index, step, float(loss_value), float(grad_norm))
+        if scaler is None:
+            self.optimizer.step()
+        else:
+            scaler.step(self.optimizer)
+            scaler.update()
+        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.module)
+        return loss_value
+
+    def _diverged(self, buffers, epoch_index, step, loss_value, grad_norm) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, buffer in self.module.named_buffers():
+                buffer.copy_(buffers[name])
+        self.module.to("cpu").eval()
+        raise TrainingDivergedError(
+            f"training diverged at epoch {epoch_index + 1}, step {step + 1}: "
+            f"loss={loss_value}, gradient norm={grad_norm}; the weights from before "
+            "this step were restored. Lower learning_rate, set grad_clip_norm, or "
+            "check the inputs and loss_fn for NaN/inf."
+        )
+
+    def _validate(self) -> dict[str, float]:
+        scores, why_not = evaluate(
+            self.module,
+            self.validation_loader,
+            self.loss_fn,
+            logits_fn=self.logits_fn,
+            device=self.device,
+            autocast=self.precision.autocast,
+            params=None if self.ema is None else self.ema.params,
+        )
+        if self.config.selection_metric not in scores:
+            raise ValueError(
+                f"selection_metric={self.config.selection_metric!r} cannot be computed: "
+                f"{why_not}. Pass logits_fn, or use selection_metric='loss'."
+            )
+        return scores
+
+    def _current_weights(self) -> dict[str, torch.Tensor]:
+        return cpu_state(self.module) if self.ema is None else self.ema.full_state(self.module)
+
+    def _callbacks_stop(self, callbacks, logs) -> bool:
+        stop = False
+        for callback in callbacks:
+            stop = bool(callback(logs["epoch"], dict(logs))) or stop
+        if self.distributed:
+            flag = torch.tensor(int(stop), device=self.device if self._nccl() else "cpu")
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag)
+        return stop
+
+    def _nccl(self) -> bool:
+        return dist.get_backend() == "nccl"
+
+    def _finish(self) -> TrainingResult:
+        if self.best_state is None:
+            # No validation data: the last weights (or their EMA) are the result.
+            self.best_state = self._current_weights()
+            self.best_epoch = self.epochs_done
+        self.module.load_state_dict(self.best_state)
+        self.module.to("cpu").eval()
+        return TrainingResult(
+            history=[dict(entry) for entry in self.history],
+            best_epoch=self.best_epoch,
+            best_score=self.best_score,
+            stopped_early=self.stopped_early,
+        )
+
+    # Checkpoints -------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        rng = capture_rng_state(self.device)
+        if self.distributed:
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, rng)
+            rng_states = gathered
+        else:
+            rng_states = [rng]
+        if not self.main:
+            return
+        save_checkpoint(
+            self.path,
+            {
+                "config": _config_dict(self.config),
+                "seed": self.seed,
+                "n_samples": self.n_samples,
+                "epochs_done": self.epochs_done,
+                "finished": self.finished,
+                "stopped_early": self.stopped_early,
+                "module": cpu_state(self.module),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": None
+                if self.precision.scaler is None
+                else self.precision.scaler.state_dict(),
+                "ema": None if self.ema is None else self.ema.state_dict(),
+                "best_state": self.best_state,
+                "best_epoch": self.best_epoch,
+                "best_score": self.best_score,
+                "epochs_without_improvement": self.epochs_without_improvement,
+                "history": self.history,
+                "last_lr": self._last_lr,
+                "rng": rng_states,
+            },
+        )
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.precision.scaler is not None and state["scaler"] is not None:
+            self.precision.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
+        self.best_state = state["best_state"]
+        self.best_epoch, self.best_score = state["best_epoch"], state["best_score"]
+        self.epochs_without_improvement = state["epochs_without_improvement"]
+        self.history = list(state["history"])
+        self.epochs_done = state["epochs_done"]
+        self.finished, self.stopped_early = state["finished"], state["stopped_early"]
+        self._last_lr = state["last_lr"]
+        rng_states = state["rng"]
+        if len(rng_states) != self.world_size:
+            raise ValueError(
+                f"the checkpoint was written by {len(rng_states)} processes, this run has "
+                f"{self.world_size}; resume with the same number of processes"
+            )
+        restore_rng_state(rng_states[self.rank], self.device)
+
+    def _shared_seed(self) -> int:
+        if self.config.random_state is not None:
+            return int(self.config.random_state)
+        seed = torch.randint(0, 2**31 - 1, (), dtype=torch.int64)
+        if self.distributed:
+            # Every process must split and shuffle identically.
+            seed = seed.to(self.device if self._nccl() else "cpu")
+            dist.broadcast(seed, src=0)
+        return int(seed)
+
+
+def _better(score: float, best: float, config) -> bool:
+    if config.selection_metric == "accuracy":
+        return score > best
+    return score < best
+
+
+def _split(dataset: Dataset, fraction: float, seed: int) -> tuple[Subset, Subset]:
+    n = len(dataset)
+    n_validation = math.ceil(fraction * n)
+    if n_validation >= n:
+        raise ValueError(
+            f"validation_fraction={fraction} leaves no training data out of {n} samples"
+        )
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return Subset(dataset, sorted(order[n_validation:])), Subset(
+        dataset, sorted(order[:n_validation])
+    )
+
+
+def _training_device(device: str, distributed: bool) -> torch.device:
+    resolved = resolve_device(device)
+    if distributed and resolved.type == "cuda" and resolved.index is None:
+        # One GPU per process: torchrun's LOCAL_RANK, else the current device.
+        local_rank = os.environ.get("LOCAL_RANK")
+        index = (
+            int(local_rank) % torch.cuda.device_count()
+            if local_rank
+            else torch.cuda.current_device()
+        )
+        resolved = torch.device("cuda", index)
+    return resolved
+
+
+def _seed_host(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 - user code draws from the legacy global RNG
+    torch.manual_seed(seed)
+
+
+class PreservedHostRNG:
+    """Restore Python's and NumPy's global generators on exit (torch has ``fork_rng``)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        if self.enabled:
+            self.python, self.numpy = random.getstate(), np.random.get_state()  # noqa: NPY002
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            random.setstate(self.python)
+            np.random.set_state(self.numpy)  # noqa: NPY002
+
+
+def _config_dict(config) -> dict[str, Any]:
+    return {k: v for k, v in asdict(config).items() if k not in RESUMABLE_CHANGES}
+
+
+def _check_checkpoint_config(checkpoint: dict[str, Any], config, path) -> None:
+    saved, current = checkpoint["config"], _config_dict(config)
+    changed = sorted(k for k in current if saved.get(k) != current[k])
+    if changed:
+        raise ValueError(
+            f"the checkpoint {path} was written with a different configuration "
+            f"({', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in changed)}); "
+            "use a new checkpoint_dir or delete the checkpoint"
+        )

@@ -1,0 +1,44 @@
+"""What :func:`reliacal.training.fit_module` returns or raises (public there)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrainingDivergedError(ValueError):
+    """A non-finite loss or gradient stopped :func:`fit_module`.
+
+    The module was restored to its state before the failing step (the last good
+    weights), moved to the CPU and put in eval mode before this was raised.
+    """
+
+    __module__ = "reliacal.training"
+
+
+@dataclass
+class TrainingResult:
+    """What :func:`fit_module` returns besides the trained module.
+
+    Attributes
+    ----------
+    history : list of dict
+        One dict per epoch: ``epoch`` (from 1), ``train_loss``, ``lr`` (of the
+        epoch's last step), ``time`` (seconds), and with validation data
+        ``val_loss`` and, when the outputs are classification logits,
+        ``val_ece``, ``val_nll``, ``val_accuracy``.
+    best_epoch : int
+        Epoch (from 1) whose weights the module holds.
+    best_score : float
+        Its validation ``selection_metric``; NaN without validation data.
+    stopped_early : bool
+        Whether early stopping or a callback ended training before ``max_epochs``.
+    """
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int = 0
+    best_score: float = math.nan
+    stopped_early: bool = False
+
+    __module__ = "reliacal.training"

@@ -1,0 +1,398 @@
+"""Input checks shared by the whole package: one place, clear ``ValueError`` messages.
+
+Probabilities are validated without building any temporary of the size of the
+``(n, K)`` matrix: one row-sum reduction and a global minimum and maximum (which
+also catch NaN and infinity) are enough on the good path; the slower diagnosis that
+names the offending row runs only once something is known to be wrong.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "check_probabilities",
+    "check_logits",
+    "encode_labels",
+    "check_n_bins",
+    "check_option",
+    "to_numpy",
+]
+
+# Rows of a probability matrix must sum to 1 within this tolerance. float32 softmax
+# outputs are off by ~1e-7 and float16 ones by ~1e-3; float64 input is often a cast
+# float32 record, so its tolerance stays well above float32 rounding.
+_ROW_SUM_TOLERANCE = {2: 1e-2, 4: 1e-3, 8: 1e-4}
+_SOFTMAX_HINT = "convert logits to probabilities with reliacal.metrics.softmax(logits)"
+
+
+def to_numpy(values, name: str) -> np.ndarray:
+    """Return ``values`` as a numpy array, without copying numpy input.
+
+    Torch tensors are detached and moved to the CPU (bfloat16, which numpy lacks,
+    becomes float32); torch is not imported for that.
+
+    Parameters
+    ----------
+    values : array-like or torch.Tensor
+        The data.
+    name : str
+        Its name in error messages.
+
+    Returns
+    -------
+    ndarray
+
+    Examples
+    --------
+    >>> to_numpy([[1, 2]], "X").shape
+    (1, 2)
+    """
+    if type(values).__module__.startswith("torch"):
+        tensor = values.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":
+            tensor = tensor.float()
+        return tensor.numpy()
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} cannot be converted to an array: {error}") from None
+
+
+def _as_float_array(values: np.ndarray, name: str) -> np.ndarray:
+    """Keep float32/float64 as they are (no copy); convert other numeric types."""
+    if values.dtype in (np.float32, np.float64):
+        return values
+    if values.dtype == np.float16:
+        return values.astype(np.float32)
+    try:
+        return values.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric, got dtype {values.dtype}") from None
+
+
+def check_n_bins(n_bins) -> int:
+    """Validate a number of bins: an integer of at least 1.
+
+    Parameters
+    ----------
+    n_bins : int
+        The requested number of bins.
+
+    Returns
+    -------
+    int
+        ``n_bins`` as a Python int.
+
+    Examples
+    --------
+    >>> check_n_bins(15)
+    15
+    >>> check_n_bins(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_bins must be an integer >= 1, got 0
+    """
+    if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
+        raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
+    return int(n_bins)
+
+
+def check_option(value, name: str, allowed: Sequence[str]) -> str:
+    """Validate a string option against its allowed values.
+
+    Parameters
+    ----------
+    value : str
+        The value given by the user.
+    name : str
+        The parameter name, used in the error message.
+    allowed : sequence of str
+        The accepted values.
+
+    Returns
+    -------
+    str
+        ``value`` unchanged.
+
+    Examples
+    --------
+    >>> check_option("l1", "norm", ("l1", "l2", "max"))
+    'l1'
+    >>> check_option("l3", "norm", ("l1", "l2", "max"))
+    Traceback (most recent call last):
+    ...
+    ValueError: norm must be one of 'l1', 'l2', 'max'; got 'l3'
+    """
+    if not isinstance(value, str) or value not in allowed:
+        choices = ", ".join(repr(option) for option in allowed)
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}")
+    return value
+
+
+def encode_labels(y, classes) -> np.ndarray:
+    """Map labels to their column indices in ``classes``.
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+        Labels (integers, strings, ...).
+    classes : array-like of shape (K,)
+        The class of each column, in column order; no duplicates.
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+        ``classes[result[i]] == y[i]`` for every ``i``.
+
+    Raises
+    ------
+    ValueError
+        If a label is not among ``classes``, or ``classes`` has duplicates.
+
+    Examples
+    --------
+    >>> encode_labels(["dog", "cat", "dog"], ["cat", "dog"])
+    array([1, 0, 1])
+    >>> encode_labels(["cat", "cow"], ["cat", "dog"])
+    Traceback (most recent call last):
+    ...
+    ValueError: labels ['cow'] are not among the classes ['cat' 'dog'] ...
+    """
+    y = to_numpy(y, "y")
+    classes = to_numpy(classes, "classes")
+    if classes.ndim != 1 or classes.size == 0:
+        raise ValueError(f"classes must be a non-empty 1-D sequence, got shape {classes.shape}")
+    n_classes = classes.shape[0]
+    if (
+        classes.dtype.kind in "iu"
+        and y.dtype.kind in "iub"
+        and np.array_equal(classes, np.arange(n_classes))
+    ):
+        # Fast path for the common case "labels are column indices": no search needed.
+        if y.size and (y.min() < 0 or y.max() >= n_classes):
+            outside = np.unique(y[(y < 0) | (y >= n_classes)])
+            raise ValueError(
+                f"labels {outside[:10]} are not among the classes 0..{n_classes - 1} "
+                f"(one per column); pass labels= to map other labels to columns"
+            )
+        return y.astype(np.int64)
+    try:
+        sorter = np.argsort(classes, kind="stable")
+        sorted_classes = classes[sorter]
+        if np.any(sorted_classes[1:] == sorted_classes[:-1]):
+            raise ValueError(f"classes must not contain duplicates, got {classes}")
+        position = np.searchsorted(sorted_classes, y)
+        position = np.minimum(position, n_classes - 1)
+        found = sorted_classes[position] == y
+    except TypeError:
+        raise ValueError(
+            f"labels of dtype {y.dtype} cannot be compared with classes of dtype {classes.dtype}"
+        ) from None
+    if not np.all(found):
+        missing = np.unique(y[~np.asarray(found, dtype=bool)])
+        raise ValueError(
+            f"labels {missing[:10]} are not among the classes {classes[:20]} "
+            f"(one per column of the probabilities)"
+        )
+    return sorter[position].astype(np.int64)
+
+
+def _check_labels_vector(y_true, n_samples: int | None) -> np.ndarray:
+    y_true = to_numpy(y_true, "y_true")
+    if y_true.ndim != 1:
+        raise ValueError(f"y_true must be 1-D, got shape {y_true.shape}")
+    if y_true.shape[0] == 0:
+        raise ValueError("y_true is empty: need at least one sample")
+    if n_samples is not None and y_true.shape[0] != n_samples:
+        raise ValueError(
+            f"y_true and y_prob have different lengths: {y_true.shape[0]} labels "
+            f"for {n_samples} rows of probabilities"
+        )
+    return y_true
+
+
+def _index_labels(y_true: np.ndarray, n_classes: int, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Map ``y_true`` to column indices; return ``(y_index, classes)``."""
+    if labels is not None:
+        classes = to_numpy(labels, "labels")
+        if classes.ndim != 1 or classes.shape[0] != n_classes:
+            raise ValueError(
+                f"labels must list one class per column ({n_classes}), got shape {classes.shape}"
+            )
+        return encode_labels(y_true, classes), classes
+    kind = y_true.dtype.kind
+    if kind in "OSUT":
+        raise ValueError(
+            f"y_true holds non-numeric labels (dtype {y_true.dtype}); pass labels=[...] "
+            "with the class of each column of y_prob, in column order"
+        )
+    if kind == "f":
+        if not np.all(np.isfinite(y_true)) or np.any(y_true != np.round(y_true)):
+            raise ValueError("y_true holds non-integer values; labels must be class labels")
+        y_true = y_true.astype(np.int64)
+    elif kind not in "iub":
+        raise ValueError(f"y_true has unsupported dtype {y_true.dtype}")
+    classes = np.arange(n_classes)
+    return encode_labels(y_true, classes), classes
+
+
+def _row_sum_tolerance(values) -> float:
+    """Tolerance for the row sums of ``values`` (before any conversion)."""
+    if type(values).__module__.startswith("torch"):
+        itemsize = values.element_size() if values.is_floating_point() else 8
+    else:
+        try:
+            dtype = np.dtype(getattr(values, "dtype", np.float64))
+        except TypeError:  # e.g. a pandas extension dtype
+            dtype = np.dtype(np.float64)
+        itemsize = dtype.itemsize if dtype.kind == "f" else 8
+    return _ROW_SUM_TOLERANCE.get(itemsize, 1e-4)
+
+
+def _describe_bad_values(y_prob: np.ndarray) -> str:
+    """Explain what is wrong with probabilities that failed the fast checks."""
+    # Runs on the error path only, so full-size temporaries are acceptable here.
+    if np.isnan(y_prob).any():
+        row = int(np.flatnonzero(np.isnan(y_prob).reshape(y_prob.shape[0], -1).any(axis=1))[0])
+        return f"y_prob contains NaN (first in row {row}); probabilities must be finite"
+    if np.isinf(y_prob).any():
+        row = int(np.flatnonzero(np.isinf(y_prob).reshape(y_prob.shape[0], -1).any(axis=1))[0])
+        return f"y_prob contains infinite values (first in row {row}); probabilities must be finite"
+    low, high = float(y_prob.min()), float(y_prob.max())
+    return (
+        f"y_prob has values outside [0, 1] (min {low:.6g}, max {high:.6g}); this looks like "
+        f"logits or scores, not probabilities: {_SOFTMAX_HINT}"
+    )
+
+
+def _check_probability_values(y_prob: np.ndarray, tolerance: float) -> None:
+    """Raise unless ``y_prob`` holds finite values in [0, 1] with rows summing to 1."""
+    low = y_prob.min()
+    high = y_prob.max()
+    # min/max propagate NaN and reach +-inf, so these two comparisons cover finiteness too.
+    if not (low >= 0 and high <= 1):
+        raise ValueError(_describe_bad_values(y_prob))
+    if y_prob.ndim == 2:
+        row_sums = y_prob.sum(axis=1)
+        deviation = np.abs(row_sums - 1)
+        worst = int(np.argmax(deviation))
+        if deviation[worst] > tolerance:
+            raise ValueError(
+                f"rows of y_prob must sum to 1 (tolerance {tolerance:g} for {y_prob.dtype}); "
+                f"row {worst} sums to {float(row_sums[worst]):.6g}. If these are logits or "
+                f"unnormalised scores, {_SOFTMAX_HINT}"
+            )
+
+
+def check_probabilities(y_true, y_prob, *, labels=None):
+    """Validate labels and predicted probabilities and map the labels to columns.
+
+    ``y_prob`` is either an ``(n, K)`` matrix whose rows sum to 1 (within 1e-4 for
+    float64, 1e-3 for float32 and 1e-2 for float16/bfloat16 input), or a 1-D array of positive-class
+    probabilities of a binary problem (then the classes are ``[negative, positive]``).
+    Nothing is renormalised, clipped or dropped: input that is not a probability
+    raises ``ValueError``.
+
+    Without ``labels``, ``y_true`` must hold integer column indices ``0..K-1``
+    (``0``/``1`` for 1-D input). This equals scikit-learn's sorted-unique mapping
+    whenever every class occurs, and stays right when some class is missing from
+    ``y_true`` (a split holding one class only is legal). Other labels (strings,
+    integers that are not column indices) need ``labels=``, the class of each column.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities (numpy array, torch tensor or nested sequence).
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob`` (for 1-D ``y_prob``: ``[negative,
+        positive]``).
+
+    Returns
+    -------
+    y_index : ndarray of int64, shape (n,)
+        Column index of each true label.
+    y_prob : ndarray of shape (n, K) or (n,)
+        The probabilities; float32 and float64 input is returned without a copy.
+    classes : ndarray of shape (K,) (``(2,)`` for 1-D input)
+        The class of each column.
+
+    Raises
+    ------
+    ValueError
+        On NaN or infinite values, values outside [0, 1], rows not summing to 1
+        (suggesting :func:`reliacal.metrics.softmax` for logits), labels not among
+        the columns, non-numeric labels without ``labels=``, length mismatches,
+        empty input or a wrong shape.
+
+    Examples
+    --------
+    >>> y_index, y_prob, classes = check_probabilities(
+    ...     ["b", "a"], [[0.3, 0.7], [0.9, 0.1]], labels=["a", "b"]
+    ... )
+    >>> y_index
+    array([1, 0])
+    >>> check_probabilities([0, 1], [[2.0, -1.0], [0.5, 0.5]])
+    Traceback (most recent call last):
+    ...
+    ValueError: y_prob has values outside [0, 1] ... reliacal.metrics.softmax(logits)
+    """
+    tolerance = _row_sum_tolerance(y_prob)
+    y_prob = to_numpy(y_prob, "y_prob")
+    if y_prob.ndim not in (1, 2):
+        raise ValueError(f"y_prob must be 1-D or 2-D, got shape {y_prob.shape}")
+    if y_prob.shape[0] == 0:
+        raise ValueError("y_prob is empty: need at least one sample")
+    if y_prob.ndim == 2 and y_prob.shape[1] < 2:
+        raise ValueError(
+            f"y_prob must have at least 2 columns, got shape {y_prob.shape}; pass a 1-D array "
+            "for the positive-class probabilities of a binary problem"
+        )
+    y_true = _check_labels_vector(y_true, y_prob.shape[0])
+    y_prob = _as_float_array(y_prob, "y_prob")
+    _check_probability_values(y_prob, tolerance)
+    n_classes = 2 if y_prob.ndim == 1 else y_prob.shape[1]
+    y_index, classes = _index_labels(y_true, n_classes, labels)
+    return y_index, y_prob, classes
+
+
+def check_logits(X, *, name: str = "X") -> np.ndarray:
+    """Validate a logit matrix: 2-D, non-empty, finite.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, K)
+        Logits (numpy array, torch tensor or nested sequence).
+    name : str, default="X"
+        The name used in error messages.
+
+    Returns
+    -------
+    ndarray of shape (n, K)
+        float32 and float64 input is returned without a copy; other numeric types
+        become float64 (float16 becomes float32).
+
+    Examples
+    --------
+    >>> check_logits([[1.0, -2.0], [0.5, 3.0]]).shape
+    (2, 2)
+    >>> check_logits([[1.0, float("nan")]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X contains NaN or infinite values
+    """
+    X = to_numpy(X, name)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_classes), got shape {X.shape}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {X.shape})")
+    X = _as_float_array(X, name)
+    # min/max instead of isfinite(X).all(): no (n, K) boolean temporary.
+    if not (np.isfinite(X.min()) and np.isfinite(X.max())):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return X

@@ -1,0 +1,237 @@
+"""Binning of confidences: the single source of every binned metric and of the plots.
+
+Conventions (see ``docs/metrics.md``):
+
+* uniform bins have edges exactly ``b / n_bins`` (division, not ``linspace``), are
+  right-closed ``(lo, hi]`` and the first bin also holds 0, so a confidence on an
+  edge lies in the lower bin and a confidence of 1.0 in the last one; comparisons
+  are exact (float32 input is compared in float64, so ``float32(0.3)``, which is
+  above 0.3, lies in the upper bin);
+* quantile bins split the sorted confidences into ``n_bins`` groups whose sizes
+  differ by at most one, as ``numpy.array_split``; tied confidences are ordered by
+  outcome (negatives first), which makes the result independent of sample order;
+* empty bins have count 0 and NaN means, and contribute nothing to any metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+
+STRATEGIES = ("uniform", "quantile")
+
+
+def uniform_edges(n_bins: int) -> np.ndarray:
+    """Edges ``b / n_bins`` for ``b = 0..n_bins``, each computed by one division."""
+    return np.arange(n_bins + 1, dtype=np.float64) / n_bins
+
+
+def uniform_bin_index(values: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin of each value in [0, 1] for right-closed uniform bins.
+
+    Equals ``np.searchsorted(uniform_edges(n_bins)[1:-1], values, side="left")``
+    (the definition), computed faster: ``ceil(v * n_bins) - 1`` is off by at most one
+    where ``v * n_bins`` rounds across an integer, and one comparison with the exact
+    edges repairs that.
+    """
+    edges = uniform_edges(n_bins)
+    index = np.ceil(values * n_bins).astype(np.intp)
+    index -= 1
+    np.clip(index, 0, n_bins - 1, out=index)
+    index += values > edges[index + 1]
+    index -= (values <= edges[index]) & (index > 0)
+    return index
+
+
+def _array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:
+    """Start of each of ``n_bins`` groups (plus the end), as ``numpy.array_split``."""
+    base, extra = divmod(n_samples, n_bins)
+    sizes = np.full(n_bins, base, dtype=np.int64)
+    sizes[:extra] += 1
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+def _quantile_order(confidence: np.ndarray, outcome: np.ndarray, starts: np.ndarray):
+    """Confidences and outcomes rearranged so that group ``j`` is ``[starts[j], starts[j+1])``.
+
+    A non-negative float64's bit pattern sorts like the float, so one int64 key holds
+    the confidence and, in its lowest bit, the outcome that breaks ties. A partition at
+    the group starts is enough: sums within a group do not depend on order.
+    """
+    key = confidence.view(np.int64) << 1
+    key |= outcome
+    cuts = starts[1:-1]
+    cuts = cuts[cuts < key.shape[0]]
+    if cuts.size:
+        key = np.partition(key, cuts)
+    ordered_outcome = (key & 1).astype(bool)
+    key >>= 1
+    return key.view(np.float64), ordered_outcome
+
+
+@dataclass(frozen=True, eq=False)
+class BinnedStatistics:
+    """Per-bin summary of confidences and outcomes: what a reliability diagram shows.
+
+    Attributes
+    ----------
+    edges : ndarray of shape (n_bins + 1,)
+        Bin edges. Uniform: ``b / n_bins``. Quantile: 0, the midpoints between the
+        largest confidence of each bin and the smallest of the next (1.0 after the
+        last non-empty bin), and 1.
+    counts : ndarray of int64, shape (n_bins,)
+        Number of samples in each bin.
+    mean_confidence : ndarray of shape (n_bins,)
+        Mean confidence in each bin (NaN where empty).
+    accuracy : ndarray of shape (n_bins,)
+        Observed frequency of the outcome in each bin (top-label: accuracy;
+        positive mode: fraction of positives); NaN where empty.
+    n_samples : int
+        Total number of samples.
+
+    Examples
+    --------
+    >>> stats = binned_statistics([0, 1, 0], [[0.8, 0.2], [0.3, 0.7], [0.4, 0.6]], n_bins=2)
+    >>> stats.counts, stats.accuracy
+    (array([0, 3]), array([       nan, 0.66666667]))
+    >>> round(float(stats.gaps[1]), 4)  # accuracy - confidence: over-confident if < 0
+    -0.0333
+    """
+
+    edges: np.ndarray
+    counts: np.ndarray
+    mean_confidence: np.ndarray
+    accuracy: np.ndarray
+    n_samples: int
+
+    @property
+    def n_bins(self) -> int:
+        """Number of bins."""
+        return self.counts.shape[0]
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """``accuracy - mean_confidence`` per bin (NaN where empty)."""
+        return self.accuracy - self.mean_confidence
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def statistics_from_sums(
+    edges: np.ndarray, counts: np.ndarray, sum_confidence: np.ndarray, sum_outcome: np.ndarray
+) -> BinnedStatistics:
+    """Build :class:`BinnedStatistics` from per-bin counts and sums."""
+    counts = np.asarray(counts, dtype=np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.where(counts > 0, sum_confidence / counts, np.nan)
+        accuracy = np.where(counts > 0, sum_outcome / counts, np.nan)
+    return BinnedStatistics(
+        edges=_readonly(np.asarray(edges, dtype=np.float64)),
+        counts=_readonly(counts),
+        mean_confidence=_readonly(mean_confidence),
+        accuracy=_readonly(accuracy),
+        n_samples=int(counts.sum()),
+    )
+
+
+def uniform_sums(confidence, outcome, n_bins: int):
+    """Uniform-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores."""
+    index = uniform_bin_index(confidence, n_bins)
+    counts = np.bincount(index, minlength=n_bins)
+    sum_confidence = np.bincount(index, weights=confidence, minlength=n_bins)
+    sum_outcome = np.bincount(index, weights=outcome, minlength=n_bins)
+    return uniform_edges(n_bins), counts, sum_confidence, sum_outcome
+
+
+def quantile_sums(confidence, outcome, n_bins: int):
+    """Quantile-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores."""
+    n_samples = confidence.shape[0]
+    starts = _array_split_starts(n_samples, n_bins)
+    ordered_confidence, ordered_outcome = _quantile_order(confidence, outcome, starts)
+    counts = np.diff(starts)
+    filled = int(np.count_nonzero(counts))  # array_split leaves the empty groups last
+    first = starts[:filled]
+    sum_confidence = np.zeros(n_bins)
+    sum_outcome = np.zeros(n_bins)
+    sum_confidence[:filled] = np.add.reduceat(ordered_confidence, first)
+    sum_outcome[:filled] = np.add.reduceat(ordered_outcome, first, dtype=np.float64)
+    edges = np.ones(n_bins + 1)
+    edges[0] = 0.0
+    if filled > 1:
+        lowest = np.minimum.reduceat(ordered_confidence, first)
+        highest = np.maximum.reduceat(ordered_confidence, first)
+        edges[1:filled] = (highest[:-1] + lowest[1:]) / 2
+    return edges, counts, sum_confidence, sum_outcome
+
+
+def bin_scores(
+    confidence: np.ndarray, outcome: np.ndarray, n_bins: int, strategy: str
+) -> BinnedStatistics:
+    """Bin float64 confidences in [0, 1] with boolean outcomes (validated input)."""
+    sums = uniform_sums if strategy == "uniform" else quantile_sums
+    return statistics_from_sums(*sums(confidence, outcome, n_bins))
+
+
+def binned_statistics(
+    y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
+) -> BinnedStatistics:
+    """Per-bin counts, mean confidences and observed frequencies.
+
+    The single source of the binned calibration errors and the reliability
+    diagrams. With ``mode="top-label"`` the binned variable is the confidence
+    ``max_k p_k`` and the outcome is ``[argmax_k p_k == y]``; with
+    ``mode="positive"`` (1-D input or two columns) they are ``p(y = 1)`` and
+    ``[y = 1]``, as in scikit-learn's ``calibration_curve``.
+
+    Uniform bins have edges ``b / n_bins`` and are right-closed, ``(lo, hi]``, the
+    first also holding 0: a confidence on an edge belongs to the lower bin and 1.0 to
+    the last. Quantile bins split the sorted confidences into ``n_bins`` groups whose
+    sizes differ by at most one (``numpy.array_split``), ties ordered by outcome.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels (column indices, or classes listed in ``labels``).
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities; 1-D input is the positive-class probability of a
+        binary problem (top-label mode then uses ``[1 - p, p]``).
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is binned.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    BinnedStatistics
+        Edges, counts, mean confidence and accuracy per bin, and ``n_samples``.
+
+    References
+    ----------
+    C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger. On Calibration of Modern Neural
+    Networks. ICML 2017.
+
+    Examples
+    --------
+    >>> stats = binned_statistics([1, 0], [0.95, 1.0], n_bins=10, mode="positive")
+    >>> stats.counts
+    array([0, 0, 0, 0, 0, 0, 0, 0, 0, 2])
+    >>> float(stats.mean_confidence[-1]), float(stats.accuracy[-1])
+    (0.975, 0.5)
+    """
+    n_bins = check_n_bins(n_bins)
+    check_option(strategy, "strategy", STRATEGIES)
+    check_option(mode, "mode", MODES)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    return bin_scores(confidence, outcome, n_bins, strategy)

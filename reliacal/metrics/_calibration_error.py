@@ -1,0 +1,405 @@
+"""Binned calibration errors: top-label, positive-class, classwise, debiased."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal.metrics._binning import (
+    STRATEGIES,
+    BinnedStatistics,
+    bin_scores,
+    quantile_sums,
+    uniform_bin_index,
+    uniform_edges,
+)
+from reliacal.metrics._predictions import (
+    ClasswiseEntries,
+    binary_columns,
+    confidences_and_outcomes,
+    scan_matrix,
+    without_negative_zero,
+)
+
+NORMS = ("l1", "l2", "max")
+ECE_MODES = ("top-label", "positive", "classwise")
+
+
+def norm_of_gaps(counts, sum_confidence, sum_outcome, norm: str) -> np.ndarray:
+    """Calibration error of binned sums; the last axis indexes bins.
+
+    l1: ``sum_b (n_b / n) |acc_b - conf_b|``; l2: ``sqrt(sum_b (n_b / n) gap_b^2)``;
+    max: the largest gap over non-empty bins.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    filled = counts > 0
+    safe_counts = np.where(filled, counts, 1.0)
+    gap = np.where(filled, np.abs(sum_outcome - sum_confidence) / safe_counts, 0.0)
+    total = counts.sum(axis=-1)
+    if norm == "l1":
+        return (counts * gap).sum(axis=-1) / total
+    if norm == "l2":
+        return np.sqrt((counts * gap**2).sum(axis=-1) / total)
+    return gap.max(axis=-1)
+
+
+def error_from_statistics(stats: BinnedStatistics, norm: str = "l1") -> float:
+    """The ``norm`` calibration error of one :class:`BinnedStatistics`."""
+    counts = stats.counts
+    filled = counts > 0
+    sum_confidence = np.where(filled, stats.mean_confidence * counts, 0.0)
+    sum_outcome = np.where(filled, stats.accuracy * counts, 0.0)
+    return float(norm_of_gaps(counts, sum_confidence, sum_outcome, norm))
+
+
+def _debiased_squared(counts, sum_confidence, sum_outcome) -> np.ndarray:
+    """Kumar et al.'s unbiased estimate of the squared L2 error; last axis = bins."""
+    counts = np.asarray(counts, dtype=np.float64)
+    enough = counts >= 2
+    safe_counts = np.where(enough, counts, 2.0)
+    accuracy = sum_outcome / safe_counts
+    gap = accuracy - sum_confidence / safe_counts
+    term = np.where(enough, gap**2 - accuracy * (1.0 - accuracy) / (safe_counts - 1.0), 0.0)
+    return (counts * term).sum(axis=-1) / counts.sum(axis=-1)
+
+
+def debiased_error_from_statistics(stats: BinnedStatistics) -> float:
+    """Kumar et al.'s debiased L2 error of one :class:`BinnedStatistics`."""
+    filled = stats.counts > 0
+    squared = _debiased_squared(
+        stats.counts,
+        np.where(filled, stats.mean_confidence * stats.counts, 0.0),
+        np.where(filled, stats.accuracy * stats.counts, 0.0),
+    )
+    return float(np.sqrt(max(float(squared), 0.0)))
+
+
+def classwise_uniform_sums(
+    entries: ClasswiseEntries,
+    y_index: np.ndarray,
+    true_probability: np.ndarray,
+    n_bins: int,
+    *,
+    weights: np.ndarray | None = None,
+    column_sums: np.ndarray | None = None,
+):
+    """Per-(class, bin) counts and sums of every binary problem ``(p_k, [y == k])``.
+
+    Entries above the first edge are binned one by one; everything else lies in
+    bin 0, whose count and probability sum follow from the totals. ``weights``
+    (sample multiplicities, for the bootstrap) need the matching weighted
+    ``column_sums``.
+
+    Returns ``(counts, sum_probability, sum_outcome)``, each of shape ``(K, n_bins)``.
+    """
+    n_classes = entries.column_sums.shape[0]
+    size = n_classes * n_bins
+    entry_bins = uniform_bin_index(entries.values, n_bins)
+    flat = entries.columns * n_bins + entry_bins
+    entry_weights = None if weights is None else weights[entries.rows]
+    counts = np.bincount(flat, weights=entry_weights, minlength=size).astype(np.float64)
+    probability_weights = entries.values if weights is None else entries.values * entry_weights
+    # astype: bincount of an empty array is integer even with weights
+    sum_probability = np.bincount(flat, weights=probability_weights, minlength=size).astype(
+        np.float64
+    )
+    counts = counts.reshape(n_classes, n_bins)
+    sum_probability = sum_probability.reshape(n_classes, n_bins)
+    total = float(y_index.shape[0] if weights is None else weights.sum())
+    if column_sums is None:
+        column_sums = entries.column_sums
+    counts[:, 0] = total - counts[:, 1:].sum(axis=1)
+    sum_probability[:, 0] = column_sums - sum_probability[:, 1:].sum(axis=1)
+    true_flat = y_index * n_bins + uniform_bin_index(true_probability, n_bins)
+    sum_outcome = np.bincount(true_flat, weights=weights, minlength=size).astype(np.float64)
+    return counts, sum_probability, sum_outcome.reshape(n_classes, n_bins)
+
+
+def _classwise_sums(y_index, y_prob, n_bins: int, strategy: str):
+    """``(counts, sum_probability, sum_outcome)`` of shape ``(K, n_bins)``."""
+    if y_prob.ndim == 1:
+        y_prob = binary_columns(y_prob)
+    if strategy == "uniform":
+        scan = scan_matrix(
+            y_prob,
+            y_index,
+            top_label=False,
+            true_class=True,
+            classwise_edge=float(uniform_edges(n_bins)[1]),
+        )
+        return classwise_uniform_sums(scan.classwise, y_index, scan.true_probability, n_bins)
+    n_classes = y_prob.shape[1]
+    counts = np.zeros((n_classes, n_bins))
+    sum_probability = np.zeros((n_classes, n_bins))
+    sum_outcome = np.zeros((n_classes, n_bins))
+    for k in range(n_classes):
+        column = without_negative_zero(y_prob[:, k].astype(np.float64))
+        _, counts[k], sum_probability[k], sum_outcome[k] = quantile_sums(
+            column, y_index == k, n_bins
+        )
+    return counts, sum_probability, sum_outcome
+
+
+def combine_classes(per_class: np.ndarray, norm: str) -> float:
+    """Kumar et al.'s marginal error: ``(mean_k CE_k^p)^(1/p)``, the max for ``max``."""
+    if norm == "l1":
+        return float(per_class.mean())
+    if norm == "l2":
+        return float(np.sqrt(np.mean(per_class**2)))
+    return float(per_class.max())
+
+
+def _check_common(n_bins, strategy, norm=None):
+    n_bins = check_n_bins(n_bins)
+    check_option(strategy, "strategy", STRATEGIES)
+    if norm is not None:
+        check_option(norm, "norm", NORMS)
+    return n_bins
+
+
+def expected_calibration_error(
+    y_true,
+    y_prob,
+    *,
+    n_bins: int = 15,
+    strategy: str = "uniform",
+    norm: str = "l1",
+    mode: str = "top-label",
+    labels=None,
+) -> float:
+    r"""Expected calibration error (ECE) of predicted probabilities.
+
+    Top-label (default): with confidence :math:`c_i = \max_k p_{ik}` and outcome
+    :math:`o_i = [\arg\max_k p_{ik} = y_i]`, the samples are binned by confidence
+    and
+
+    .. math:: \mathrm{ECE} = \sum_b \frac{n_b}{n} \lvert \bar o_b - \bar c_b \rvert
+
+    where :math:`\bar o_b` (accuracy) and :math:`\bar c_b` (mean confidence) are
+    bin means. ``norm="l2"`` gives the RMS calibration error
+    :math:`\sqrt{\sum_b (n_b / n)(\bar o_b - \bar c_b)^2}` and ``norm="max"`` the
+    maximum calibration error (largest gap over non-empty bins). Empty bins
+    contribute nothing. ``strategy="quantile"`` gives the equal-mass ("adaptive")
+    ECE. ``mode="positive"`` bins :math:`p(y = 1)` against :math:`[y = 1]` (binary
+    problems; what scikit-learn's ``calibration_curve`` and relplot use), and
+    ``mode="classwise"`` is :func:`classwise_calibration_error`.
+
+    Binning follows :func:`binned_statistics`: uniform edges ``b / n_bins``,
+    right-closed bins ``(lo, hi]`` with 0 in the first bin, quantile bins as
+    ``numpy.array_split`` of the sorted confidences.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels (column indices, or classes listed in ``labels``).
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities (rows sum to 1); 1-D input is the positive-class
+        probability of a binary problem (top-label mode then uses ``[1 - p, p]``).
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    norm : {"l1", "l2", "max"}, default="l1"
+        How bin gaps are combined.
+    mode : {"top-label", "positive", "classwise"}, default="top-label"
+        Which probabilities are calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The calibration error, in [0, 1].
+
+    References
+    ----------
+    M. P. Naeini, G. Cooper, M. Hauskrecht. Obtaining Well Calibrated Probabilities
+    Using Bayesian Binning. AAAI 2015.
+    C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger. On Calibration of Modern Neural
+    Networks. ICML 2017.
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(expected_calibration_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
+    0.25
+    >>> expected_calibration_error([1, 0], [0.95, 1.0], n_bins=10, mode="positive")
+    0.475
+    """
+    check_option(mode, "mode", ECE_MODES)
+    if mode == "classwise":
+        return classwise_calibration_error(
+            y_true, y_prob, n_bins=n_bins, strategy=strategy, norm=norm, labels=labels
+        )
+    n_bins = _check_common(n_bins, strategy, norm)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
+
+
+def maximum_calibration_error(
+    y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
+) -> float:
+    r"""Maximum calibration error (MCE): the largest bin gap.
+
+    .. math:: \mathrm{MCE} = \max_{b:\, n_b > 0} \lvert \bar o_b - \bar c_b \rvert
+
+    Same as :func:`expected_calibration_error` with ``norm="max"``.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    mode : {"top-label", "positive", "classwise"}, default="top-label"
+        Which probabilities are calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The largest gap between accuracy and mean confidence, in [0, 1].
+
+    References
+    ----------
+    M. P. Naeini, G. Cooper, M. Hauskrecht. Obtaining Well Calibrated Probabilities
+    Using Bayesian Binning. AAAI 2015.
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(maximum_calibration_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
+    0.4
+    """
+    return expected_calibration_error(
+        y_true, y_prob, n_bins=n_bins, strategy=strategy, norm="max", mode=mode, labels=labels
+    )
+
+
+def classwise_calibration_error(
+    y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", norm="l1", labels=None
+) -> float:
+    r"""Classwise ECE: the calibration error of every class's probability, averaged.
+
+    For each class :math:`k` the binary problem :math:`(p_{ik}, [y_i = k])` is
+    binned as in :func:`expected_calibration_error` (``mode="positive"``), giving
+    :math:`\mathrm{CE}_k`; the result is :math:`\frac{1}{K}\sum_k \mathrm{CE}_k`
+    for ``norm="l1"`` (Kull et al.), :math:`\sqrt{\frac{1}{K}\sum_k \mathrm{CE}_k^2}`
+    for ``norm="l2"`` (Kumar et al.'s marginal calibration error) and
+    :math:`\max_k \mathrm{CE}_k` for ``norm="max"``.
+
+    Uniform bins cost one pass over the matrix: in a row summing to 1 at most
+    ``n_bins`` probabilities exceed ``1 / n_bins``, so only those are binned one by
+    one. Quantile bins sort every column. Not to be confused with the "ClassECE" of
+    the CalAttn code (top-label ECE within each predicted class).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities; 1-D input means ``[1 - p, p]``.
+    n_bins : int, default=15
+        Number of bins per class.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins (per class).
+    norm : {"l1", "l2", "max"}, default="l1"
+        How bin gaps, and then classes, are combined.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The classwise calibration error, in [0, 1].
+
+    References
+    ----------
+    M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song, P. Flach.
+    Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities
+    with Dirichlet calibration. NeurIPS 2019.
+    A. Kumar, P. Liang, T. Ma. Verified Uncertainty Calibration. NeurIPS 2019.
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(classwise_calibration_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
+    0.375
+    """
+    n_bins = _check_common(n_bins, strategy, norm)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    counts, sum_probability, sum_outcome = _classwise_sums(y_index, y_prob, n_bins, strategy)
+    per_class = norm_of_gaps(counts, sum_probability, sum_outcome, norm)
+    return combine_classes(per_class, norm)
+
+
+def debiased_calibration_error(
+    y_true,
+    y_prob,
+    *,
+    n_bins: int = 15,
+    strategy: str = "quantile",
+    mode: str = "top-label",
+    labels=None,
+) -> float:
+    r"""Debiased L2 calibration error of Kumar, Liang and Ma (2019).
+
+    The plug-in squared error :math:`\sum_b (n_b/n)(\bar o_b - \bar c_b)^2`
+    overestimates the true squared error by about the sampling variance of each
+    bin's accuracy; the debiased estimate subtracts it,
+
+    .. math:: \widehat{\mathrm{CE}}^2 = \sum_b \frac{n_b}{n}\Big[(\bar o_b - \bar c_b)^2
+              - \frac{\bar o_b (1 - \bar o_b)}{n_b - 1}\Big]
+
+    (bins with fewer than two samples count 0), clips it at 0 and returns its
+    square root. ``mode="classwise"`` computes it for every class's binary problem
+    and returns :math:`\sqrt{\frac{1}{K}\sum_k \widehat{\mathrm{CE}}_k^2}` (Kumar
+    et al.'s "marginal" mode). Equal-mass bins by default, as in their package.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="quantile"
+        Equal-width or equal-mass bins.
+    mode : {"top-label", "positive", "classwise"}, default="top-label"
+        Which probabilities are calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The debiased L2 calibration error, in [0, 1].
+
+    References
+    ----------
+    A. Kumar, P. Liang, T. Ma. Verified Uncertainty Calibration. NeurIPS 2019.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(size=20000)
+    >>> y = (rng.uniform(size=20000) < p).astype(int)  # perfectly calibrated
+    >>> debiased_calibration_error(y, p, mode="positive") < 0.01
+    True
+    """
+    n_bins = _check_common(n_bins, strategy)
+    check_option(mode, "mode", ECE_MODES)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    if mode == "classwise":
+        sums = _classwise_sums(y_index, y_prob, n_bins, strategy)
+        squared = np.maximum(_debiased_squared(*sums), 0.0)
+        return float(np.sqrt(squared.mean()))
+    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    return debiased_error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy))

@@ -1,0 +1,173 @@
+"""calibration_report: every column equals its metric function; bootstrap; memory."""
+
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reliacal.metrics import (
+    accuracy,
+    brier_score,
+    calibration_report,
+    classwise_calibration_error,
+    expected_calibration_error,
+    maximum_calibration_error,
+    negative_log_likelihood,
+    smooth_calibration_error,
+    softmax,
+)
+from reliacal.metrics._predictions import scan_matrix
+from reliacal.metrics._report import _weighted_column_sums
+from reliacal.metrics._summary import classwise_ece, summarize
+
+COLUMNS = [
+    "accuracy",
+    "ece",
+    "adaptive_ece",
+    "classwise_ece",
+    "mce",
+    "smooth_ece",
+    "nll",
+    "brier",
+    "overconfidence",
+]
+
+
+def expected_row(labels, probs, n_bins=15):
+    confidence = probs.max(axis=1) if probs.ndim == 2 else np.maximum(probs, 1 - probs)
+    acc = accuracy(labels, probs)
+    return {
+        "accuracy": acc,
+        "ece": expected_calibration_error(labels, probs, n_bins=n_bins),
+        "adaptive_ece": expected_calibration_error(
+            labels, probs, n_bins=n_bins, strategy="quantile"
+        ),
+        "classwise_ece": classwise_calibration_error(labels, probs, n_bins=n_bins),
+        "mce": maximum_calibration_error(labels, probs, n_bins=n_bins),
+        "smooth_ece": smooth_calibration_error(labels, probs),
+        "nll": negative_log_likelihood(labels, probs),
+        "brier": brier_score(labels, probs),
+        "overconfidence": float(np.mean(confidence.astype(np.float64))) - acc,
+    }
+
+
+def test_columns_equal_the_metric_functions(cifar_record):
+    name, probs, labels = cifar_record
+    report = calibration_report(labels, {name: probs})
+    assert list(report.columns) == COLUMNS
+    assert list(report.index) == [name] and report.index.name == "model"
+    for column, value in expected_row(labels, probs).items():
+        assert report.loc[name, column] == pytest.approx(value, rel=1e-12, abs=1e-14), column
+
+
+@pytest.mark.parametrize("n_bins", [1, 7])
+def test_several_models_and_bins(n_bins):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, size=500)
+    models = {
+        "sharp": softmax(rng.normal(scale=3, size=(500, 4))),
+        "flat": softmax(rng.normal(scale=0.3, size=(500, 4)).astype(np.float32)),
+    }
+    report = calibration_report(labels, models, n_bins=n_bins)
+    assert list(report.index) == ["sharp", "flat"]
+    for name, probs in models.items():
+        for column, value in expected_row(labels, probs, n_bins).items():
+            assert report.loc[name, column] == pytest.approx(value, rel=1e-12, abs=1e-14)
+
+
+def test_binary_1d_input_and_string_labels():
+    rng = np.random.default_rng(1)
+    positive = rng.uniform(size=300)
+    labels = np.where(rng.uniform(size=300) < positive, "yes", "no")
+    report = calibration_report(labels, {"m": positive}, labels=["no", "yes"])
+    expected = expected_row((labels == "yes").astype(int), positive)
+    for column, value in expected.items():
+        assert report.loc["m", column] == pytest.approx(value, rel=1e-12, abs=1e-14)
+
+
+def test_bootstrap_intervals():
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 3, size=400)
+    probs = softmax(rng.normal(scale=2, size=(400, 3)))
+    report = calibration_report(labels, {"m": probs}, bootstrap=30, random_state=0)
+    for column in COLUMNS:
+        low, high = report.loc["m", f"{column}_ci_low"], report.loc["m", f"{column}_ci_high"]
+        assert low <= high
+    # Unbiased means lie inside their intervals.
+    for column in ("accuracy", "nll", "brier"):
+        assert report.loc["m", f"{column}_ci_low"] <= report.loc["m", column]
+        assert report.loc["m", column] <= report.loc["m", f"{column}_ci_high"]
+    again = calibration_report(labels, {"m": probs}, bootstrap=30, random_state=0)
+    pd.testing.assert_frame_equal(report, again)
+    other = calibration_report(labels, {"m": probs}, bootstrap=30, random_state=1)
+    assert not report.equals(other)
+
+
+def test_weighted_classwise_equals_resampled_data():
+    """The bootstrap's classwise path (sample weights) against explicit resampling."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 5, size=300)
+    probs = softmax(rng.normal(scale=2, size=(300, 5))).astype(np.float32)
+    sample = rng.integers(0, 300, size=300)
+    weights = np.bincount(sample, minlength=300).astype(np.float64)
+    summary = summarize(labels, probs, 15)
+    weighted = classwise_ece(
+        summary, 15, weights=weights, column_sums=_weighted_column_sums(probs, weights)
+    )
+    resampled = classwise_calibration_error(labels[sample], probs[sample])
+    assert weighted == pytest.approx(resampled, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"predictions": {}}, "non-empty mapping"),
+        ({"predictions": np.full((3, 2), 0.5)}, "mapping"),
+        ({"bootstrap": -1}, "bootstrap"),
+        ({"bootstrap": 2.5}, "bootstrap"),
+        ({"confidence_level": 1.5}, "confidence_level"),
+        ({"n_bins": 0}, "n_bins"),
+        ({"predictions": {"bad": np.full((3, 2), 0.6)}}, "model 'bad': rows of y_prob"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, message):
+    arguments = {"predictions": {"m": np.full((3, 2), 0.5)}} | kwargs
+    predictions = arguments.pop("predictions")
+    with pytest.raises(ValueError, match=message):
+        calibration_report([0, 1, 1], predictions, **arguments)
+
+
+def _peak_bytes(function) -> int:
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_no_full_size_temporaries():
+    """Metrics allocate O(n) arrays and row blocks, never an (n, K) copy."""
+    rng = np.random.default_rng(4)
+    n_samples, n_classes = 100_000, 100
+    probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
+    labels = rng.integers(0, n_classes, size=n_samples)
+    matrix_bytes = probs.nbytes  # 40 MB
+    assert _peak_bytes(lambda: expected_calibration_error(labels, probs)) < 0.25 * matrix_bytes
+    assert _peak_bytes(lambda: brier_score(labels, probs)) < 0.5 * matrix_bytes
+    assert _peak_bytes(lambda: classwise_calibration_error(labels, probs)) < 0.5 * matrix_bytes
+    assert _peak_bytes(lambda: calibration_report(labels, {"m": probs})) < 0.5 * matrix_bytes
+
+
+def test_scan_blocks_agree_with_whole_matrix():
+    rng = np.random.default_rng(5)
+    probs = softmax(rng.normal(size=(5000, 300)))  # several row blocks
+    labels = rng.integers(0, 300, size=5000)
+    blocked = scan_matrix(probs, labels, true_class=True, squares=True, classwise_edge=0.1)
+    whole = scan_matrix(probs, labels, true_class=True)
+    np.testing.assert_array_equal(blocked.confidence, whole.confidence)
+    np.testing.assert_array_equal(blocked.correct, whole.correct)
+    np.testing.assert_allclose(blocked.sum_of_squares, (probs**2).sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(blocked.classwise.column_sums, probs.sum(axis=0), rtol=1e-12)
+    assert blocked.classwise.values.shape[0] == np.count_nonzero(probs > 0.1)

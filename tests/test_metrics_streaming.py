@@ -1,0 +1,169 @@
+"""CalibrationState: batches and merged states give the one-shot numbers."""
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reliacal.metrics import (
+    CalibrationState,
+    accuracy,
+    binned_statistics,
+    brier_score,
+    classwise_calibration_error,
+    debiased_calibration_error,
+    expected_calibration_error,
+    maximum_calibration_error,
+    negative_log_likelihood,
+    smooth_calibration_error,
+    softmax,
+)
+
+
+def one_shot(labels, probs, n_bins=15):
+    confidence = probs.max(axis=1) if probs.ndim == 2 else np.maximum(probs, 1 - probs)
+    acc = accuracy(labels, probs)
+    return {
+        "accuracy": acc,
+        "ece": expected_calibration_error(labels, probs, n_bins=n_bins),
+        "classwise_ece": classwise_calibration_error(labels, probs, n_bins=n_bins),
+        "mce": maximum_calibration_error(labels, probs, n_bins=n_bins),
+        "nll": negative_log_likelihood(labels, probs),
+        "brier": brier_score(labels, probs),
+        "overconfidence": float(np.mean(confidence, dtype=np.float64)) - acc,
+        "adaptive_ece": expected_calibration_error(
+            labels, probs, n_bins=n_bins, strategy="quantile"
+        ),
+        "debiased_ece": debiased_calibration_error(labels, probs, n_bins=n_bins),
+        "smooth_ece": smooth_calibration_error(labels, probs),
+    }
+
+
+def assert_matches(values, expected):
+    for name, value in values.items():
+        assert value == pytest.approx(expected[name], rel=1e-12, abs=1e-14), name
+
+
+def test_batches_equal_one_shot_on_a_record(cifar_record):
+    _, probs, labels = cifar_record
+    state = CalibrationState(keep_confidences=True)
+    for start in range(0, len(labels), 3000):
+        state.update(labels[start : start + 3000], probs[start : start + 3000])
+    assert state.n_samples == len(labels) and state.n_classes == probs.shape[1]
+    assert_matches(state.compute(), one_shot(labels, probs))
+
+
+def test_merged_workers_equal_one_shot():
+    rng = np.random.default_rng(0)
+    probs = softmax(rng.normal(scale=2, size=(900, 6)))
+    labels = rng.integers(0, 6, size=900)
+    workers = [CalibrationState(n_bins=10) for _ in range(3)]
+    for index, worker in enumerate(workers):
+        worker.update(labels[index::3], probs[index::3])
+    # States travel between processes as pickles.
+    merged = pickle.loads(pickle.dumps(workers[0]))
+    merged.merge(workers[1]).merge(pickle.loads(pickle.dumps(workers[2])))
+    expected = one_shot(labels, probs, n_bins=10)
+    values = merged.compute()
+    assert set(values) == {
+        "accuracy",
+        "ece",
+        "classwise_ece",
+        "mce",
+        "nll",
+        "brier",
+        "overconfidence",
+    }
+    assert_matches(values, expected)
+    stats = merged.binned_statistics()
+    reference = binned_statistics(labels, probs, n_bins=10)
+    np.testing.assert_array_equal(stats.counts, reference.counts)
+    np.testing.assert_allclose(stats.accuracy, reference.accuracy, rtol=1e-12)
+
+
+def test_merging_an_empty_state_changes_nothing():
+    rng = np.random.default_rng(1)
+    probs = softmax(rng.normal(size=(50, 3)))
+    labels = rng.integers(0, 3, size=50)
+    state = CalibrationState().update(labels, probs)
+    before = state.compute()
+    assert state.merge(CalibrationState()).compute() == before
+    empty = CalibrationState().merge(state)
+    assert empty.compute() == before
+
+
+def test_binary_1d_and_string_labels():
+    rng = np.random.default_rng(2)
+    positive = rng.uniform(size=200)
+    labels = np.where(rng.uniform(size=200) < positive, "pos", "neg")
+    state = CalibrationState(labels=["neg", "pos"], keep_confidences=True)
+    state.update(labels[:120], positive[:120]).update(labels[120:], positive[120:])
+    assert_matches(state.compute(), one_shot((labels == "pos").astype(int), positive))
+
+
+def test_compute_a_subset():
+    state = CalibrationState().update([0, 1], [[0.8, 0.2], [0.4, 0.6]])
+    assert list(state.compute(["nll", "ece"])) == ["nll", "ece"]
+    assert list(state.compute("brier")) == ["brier"]
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (lambda s: s.compute(), "empty"),
+        (lambda s: s.update([0, 1], [[0.5, 0.5], [0.2, 0.8]]).compute(["smooth_ece"]), "keep_"),
+        (lambda s: s.update([0, 1], [[0.5, 0.5], [0.2, 0.8]]).compute(["ece2"]), "unknown"),
+        (
+            lambda s: s.update([0], [[0.5, 0.5]]).update([0], [[0.2, 0.3, 0.5]]),
+            "classes",
+        ),
+        (lambda s: s.merge(CalibrationState(n_bins=10)), "n_bins"),
+        (lambda s: s.merge(CalibrationState(keep_confidences=True)), "keep_confidences"),
+        (lambda s: s.merge(CalibrationState(labels=[0, 1])), "labels"),
+        (lambda s: s.merge(object()), "CalibrationState"),
+        (lambda s: s.update([0, 1], [[0.5, 0.6], [0.2, 0.8]]), "sum to 1"),
+    ],
+)
+def test_misuse_raises(action, message):
+    with pytest.raises(ValueError, match=message):
+        action(CalibrationState())
+
+
+def test_bad_n_bins_raises():
+    with pytest.raises(ValueError, match="n_bins"):
+        CalibrationState(n_bins=0)
+
+
+@st.composite
+def split_predictions(draw):
+    n_samples = draw(st.integers(1, 60))
+    n_classes = draw(st.integers(2, 5))
+    # Logits on a coarse grid produce tied confidences and values on bin edges.
+    logits = np.array(
+        draw(
+            st.lists(
+                st.integers(-8, 8), min_size=n_samples * n_classes, max_size=n_samples * n_classes
+            )
+        ),
+        dtype=np.float64,
+    ).reshape(n_samples, n_classes)
+    labels = np.array(
+        draw(st.lists(st.integers(0, n_classes - 1), min_size=n_samples, max_size=n_samples))
+    )
+    cuts = sorted(draw(st.lists(st.integers(0, n_samples), max_size=4)))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    return softmax(0.5 * logits).astype(dtype), labels, cuts
+
+
+@settings(max_examples=60, deadline=None)
+@given(split_predictions(), st.integers(1, 20))
+def test_streaming_equals_one_shot_for_any_split(data, n_bins):
+    probs, labels, cuts = data
+    state = CalibrationState(n_bins=n_bins, keep_confidences=True)
+    bounds = [0, *cuts, len(labels)]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        if stop > start:
+            state.update(labels[start:stop], probs[start:stop])
+    assert_matches(state.compute(), one_shot(labels, probs, n_bins))
