@@ -1,9 +1,8 @@
 import pytest
 import torch
+from conftest import requires_cuda
 
 from reliacal._device import resolve_device, to_device
-
-from conftest import requires_cuda
 
 
 def test_auto_picks_cuda_only_when_present():

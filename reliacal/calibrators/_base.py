@@ -1,0 +1,535 @@
+"""The estimator contract shared by every post-hoc calibrator.
+
+:class:`BaseCalibrator` turns whatever the user passes (logits, probabilities
+with ``input="probs"``, or raw inputs with a ``backbone``) into validated
+numpy arrays, maps labels to columns, and hands the numbers to two methods a
+subclass implements. :class:`ClassLabelMixin` holds the label handling alone
+(``classes`` -> ``classes_``, labels -> column indices, ``predict``,
+``score``) so that estimators with their own ``fit`` (the fine-tuning
+estimators) reuse it.
+
+Subclass hooks
+--------------
+A calibrator subclasses ``BaseCalibrator``, lists its own parameters *and*
+the base parameters (``input``, ``classes``, ``backbone``, ``batch_size``,
+``device``, ``mixed_precision``, ``memory``, ``verbose``) explicitly in
+``__init__`` (scikit-learn's ``get_params`` reads the signature), merges
+``BaseCalibrator._parameter_constraints`` into its own, and implements:
+
+``_fit_core(self, features, logits, y_index, sample_weight) -> None``
+    Learn the map and set fitted attributes (names ending in ``_``).
+    ``logits`` is a finite float32 or float64 ndarray ``(n, K)``, ``K >= 2``
+    (the clipped log-probabilities under ``input="probs"``; float32 stays
+    float32 so that large matrices are not copied); ``features`` is a finite
+    ndarray ``(n, D)`` or ``None``; ``y_index`` is int64 ``(n,)`` in
+    ``[0, K)``; ``sample_weight`` is float64 ``(n,)`` (non-negative, positive
+    sum) or ``None``. ``classes_`` and ``n_features_in_`` are set before the
+    call.
+``_calibrated_logits(self, features, logits) -> ndarray (n, K)``
+    Calibrated logits for validated inputs of the same forms; the base turns
+    them into ``decision_function`` (as float64), ``predict_proba``
+    (softmax) and ``predict``.
+
+and may override:
+
+``_split_columns(self, X) -> (features | None, logits)``
+    Logits mode only: split the validated 2-D ``X`` (``n_features_in_``
+    columns) into features and logits, e.g. for an estimator that reads
+    features and logits side by side with a parameter naming the logit
+    columns. The default is ``(None, X)``. Runs before the ``input="probs"``
+    conversion, which applies to the logit block only. In backbone mode the
+    features are the backbone's pooled pre-logits outputs instead.
+``_check_fit_inputs(self, features, logits) -> None``
+    Extra validation at fit time (e.g. "features are required").
+
+``fit`` runs the backbone (if any) exactly once per call, ``predict_proba``,
+``decision_function``, ``predict`` and ``score`` once each.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import os
+from typing import Any
+
+import numpy as np
+from scipy.special import softmax
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning as _SklearnConvergenceWarning
+from sklearn.metrics import accuracy_score
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
+
+from .._validation import check_logits, check_probabilities, encode_labels
+
+__all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
+
+
+class ConvergenceWarning(_SklearnConvergenceWarning):
+    """A calibrator's fit stopped at a boundary or before converging.
+
+    Subclasses scikit-learn's ``ConvergenceWarning``, so filters written for
+    scikit-learn estimators apply too.
+
+    Examples
+    --------
+    >>> from sklearn.exceptions import ConvergenceWarning as SklearnWarning
+    >>> issubclass(ConvergenceWarning, SklearnWarning)
+    True
+    """
+
+
+def _is_torch_object(value: Any) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _labels_to_numpy(y: Any) -> np.ndarray:
+    if _is_torch_object(y):
+        y = y.detach().cpu().numpy()
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        # A column vector is accepted with scikit-learn's DataConversionWarning.
+        return column_or_1d(y, warn=True)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D (one label per sample), got shape {y.shape}")
+    return y
+
+
+class ClassLabelMixin:
+    """Label handling shared by every reliacal classifier.
+
+    Column ``j`` of the model's output belongs to class ``classes_[j]``. The
+    number of columns comes from the model (the logits), never from ``y``, so
+    a calibration split that misses some classes keeps every column. The
+    ``classes`` parameter (if the estimator has one) names the label of each
+    column, in column order; without it the labels are the column indices
+    ``0..K-1``.
+
+    Provides ``_fit_labels`` (sets ``classes_``, returns column indices),
+    ``_encode_labels`` (after fitting), ``predict`` (the class of the most
+    probable column of ``predict_proba``) and ``score`` (accuracy). An
+    estimator whose ``score`` input carries its own labels (a ``DataLoader``)
+    overrides ``_predict_proba_with_labels``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.base import BaseEstimator, ClassifierMixin
+    >>> class Identity(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+    ...     def __init__(self, classes=None):
+    ...         self.classes = classes
+    ...     def fit(self, X, y):
+    ...         self._fit_labels(y, n_columns=np.shape(X)[1])
+    ...         return self
+    ...     def predict_proba(self, X):
+    ...         return np.asarray(X)
+    >>> model = Identity(classes=["cat", "dog"]).fit([[0.9, 0.1]], ["cat"])
+    >>> model.predict([[0.2, 0.8], [0.6, 0.4]])
+    array(['dog', 'cat'], dtype='<U3')
+    >>> model.score([[0.2, 0.8], [0.6, 0.4]], ["dog", "dog"])
+    0.5
+    """
+
+    def _fit_labels(self, y: Any, n_columns: int) -> np.ndarray:
+        """Set ``classes_`` for ``n_columns`` columns; return ``y`` as column indices."""
+        y = _labels_to_numpy(y)
+        check_classification_targets(y)
+        given = getattr(self, "classes", None)
+        if given is None:
+            if y.dtype.kind in "OUST":
+                raise ValueError(
+                    f"y holds labels such as {y[0]!r}, but without classes= the labels are the "
+                    f"column indices 0..{n_columns - 1}; pass classes=[...], the label of each "
+                    "column in column order"
+                )
+            classes = np.arange(n_columns)
+            outside = (y < 0) | (y >= n_columns)
+            if y.dtype.kind == "f":
+                outside |= y != np.round(y)
+            if np.any(outside):
+                raise ValueError(
+                    f"labels {np.unique(y[outside])[:10]} are not column indices of X, which "
+                    f"has {n_columns} columns (classes 0..{n_columns - 1}); pass classes=[...] "
+                    "to name the label of each column"
+                )
+        else:
+            classes = np.asarray(given)
+            if classes.ndim != 1 or classes.shape[0] != n_columns:
+                raise ValueError(
+                    f"classes must name one label per column ({n_columns} columns), "
+                    f"got {classes.shape[0] if classes.ndim == 1 else classes.shape} labels"
+                )
+        y_index = encode_labels(y, classes)
+        self.classes_ = classes
+        return y_index
+
+    def _encode_labels(self, y: Any) -> np.ndarray:
+        """Column indices of ``y`` under the fitted ``classes_``."""
+        return encode_labels(_labels_to_numpy(y), self.classes_)
+
+    def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
+        if y is None:
+            raise ValueError("y is required to score array inputs")
+        return self.predict_proba(X), y
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict the class of each sample: ``classes_[argmax_k predict_proba(X)[:, k]]``.
+
+        Parameters
+        ----------
+        X : array-like
+            Input in the form ``predict_proba`` accepts.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Predicted labels.
+        """
+        probabilities = self.predict_proba(X)
+        return self.classes_[np.argmax(probabilities, axis=1)]
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Return the (weighted) accuracy of ``predict(X)`` against ``y``.
+
+        Parameters
+        ----------
+        X : array-like, Dataset or DataLoader
+            Input in the form ``predict_proba`` accepts.
+        y : array-like of shape (n_samples,), optional
+            True labels; omitted when ``X`` yields its own ``(x, y)`` pairs.
+        sample_weight : array-like of shape (n_samples,), optional
+            Sample weights.
+
+        Returns
+        -------
+        float
+            Fraction (weighted) of samples whose predicted label equals ``y``.
+        """
+        probabilities, y = self._predict_proba_with_labels(X, y)
+        predicted = self.classes_[np.argmax(probabilities, axis=1)]
+        return float(accuracy_score(_labels_to_numpy(y), predicted, sample_weight=sample_weight))
+
+
+_COLUMNS_ARE_CLASSES = (
+    "the columns of X are the classes (logits), and this check fits on data whose labels "
+    "are not 0..K-1 for K columns (sklearn's blobs: 2 columns, 3 classes, or labels {1, 2}); "
+    "the calibrator rejects such labels by design"
+)
+
+#: check_estimator checks that a logit calibrator fails by design, with the reason.
+LOGIT_CALIBRATOR_WAIVED_CHECKS = {
+    "check_estimators_overwrite_params": _COLUMNS_ARE_CLASSES,
+    "check_estimators_fit_returns_self": _COLUMNS_ARE_CLASSES,
+    "check_readonly_memmap_input": _COLUMNS_ARE_CLASSES,
+    "check_sample_weights_pandas_series": _COLUMNS_ARE_CLASSES,
+    "check_sample_weights_not_an_array": _COLUMNS_ARE_CLASSES,
+    "check_sample_weights_shape": _COLUMNS_ARE_CLASSES,
+    "check_sample_weights_not_overwritten": _COLUMNS_ARE_CLASSES,
+    "check_classifier_data_not_an_array": _COLUMNS_ARE_CLASSES,
+    "check_classifiers_train": _COLUMNS_ARE_CLASSES,
+    "check_classifiers_classes": (
+        "string labels name columns only through the classes= parameter, never inferred "
+        "from y (a calibration split may miss classes); the check passes none"
+    ),
+    "check_decision_proba_consistency": (
+        "decision_function returns the calibrated logits, shape (n, K) also for K = 2, "
+        "not sklearn's 1-D binary score that the check ranks"
+    ),
+}
+
+
+def _on_accelerator(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.device.type != "cpu"
+    if isinstance(value, torch.nn.Module):
+        return any(t.device.type != "cpu" for t in (*value.parameters(), *value.buffers()))
+    return False
+
+
+class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+    """Base class of the post-hoc calibrators: input modes, labels, persistence.
+
+    Not used directly: subclasses implement ``_fit_core`` and
+    ``_calibrated_logits`` (see the module docstring for the exact hooks).
+
+    Input modes, chosen by the parameters and never guessed from the data:
+
+    - logits (default): ``X`` is an ``(n, K)`` numpy array, torch tensor or
+      DataFrame of logits; ``K`` (the number of columns) is the number of
+      classes;
+    - ``input="probs"``: ``X`` holds probabilities (rows summing to 1); the
+      calibrator works on ``log(max(p, tiny))``, ``tiny`` the smallest
+      normal number of the dtype (so ``MatrixScaling(input="probs")`` is
+      Dirichlet calibration);
+    - ``backbone=model``: ``X`` holds raw inputs (an array or tensor of
+      images or token ids, a torch ``Dataset`` of ``(x, y)`` pairs, or a
+      ``DataLoader`` of ``(x, y)`` batches, then ``y`` is omitted). The model
+      is wrapped by :func:`reliacal.backbones.as_backbone` at fit and run
+      frozen, batched, under ``no_grad``, once per call, by
+      :func:`reliacal.backbones.extract_outputs`; its logits (and pooled
+      features) feed the calibrator.
+
+    Parameters
+    ----------
+    input : {"logits", "probs"}, default="logits"
+        What the columns of ``X`` (or the backbone outputs) are.
+    classes : array-like of shape (K,), default=None
+        Label of each column, in column order. ``None`` means ``0..K-1``.
+    backbone : model, BackboneAdapter or str, default=None
+        A classifier whose outputs are calibrated (anything
+        :func:`reliacal.backbones.as_backbone` accepts).
+    batch_size : int, default=256
+        Samples per backbone forward pass.
+    device : str or torch.device, default="auto"
+        Where the backbone runs (CUDA when available for ``"auto"``).
+    mixed_precision : bool, default=False
+        Run the backbone under autocast on CUDA.
+    memory : joblib.Memory, str or path, default=None
+        Cache of the backbone outputs: refitting on the same data (a grid
+        search) skips the forward passes.
+    verbose : int, default=0
+        Show progress when > 0.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (K,)
+        Label of each column.
+    n_features_in_ : int
+        Columns of ``X`` seen at fit (logits mode only).
+    backbone_ : BackboneAdapter
+        The wrapped backbone (backbone mode only).
+
+    Notes
+    -----
+    Pickling keeps everything on the CPU: any module or tensor held on an
+    accelerator (a backbone kept on CUDA) is pickled as a CPU copy, so a
+    calibrator fitted on a GPU machine loads and predicts on a CPU-only one;
+    the live estimator is left where it is.
+    """
+
+    _parameter_constraints: dict = {
+        "input": [StrOptions({"logits", "probs"})],
+        "classes": ["array-like", None],
+        "backbone": "no_validation",
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "device": "no_validation",
+        "mixed_precision": ["boolean"],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
+        "verbose": ["verbose"],
+    }
+
+    # ---------------------------------------------------------------- hooks
+    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+        raise NotImplementedError
+
+    def _calibrated_logits(self, features, logits) -> np.ndarray:
+        raise NotImplementedError
+
+    def _split_columns(self, X: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        return None, X
+
+    def _check_fit_inputs(self, features, logits) -> None:
+        return None
+
+    # ------------------------------------------------------- input handling
+    def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
+        try:
+            check_probabilities(np.zeros(probabilities.shape[0], dtype=np.int64), probabilities)
+        except ValueError as error:
+            raise ValueError(f"input='probs' but X does not hold probabilities: {error}") from None
+        tiny = np.finfo(probabilities.dtype).tiny
+        return np.log(np.maximum(probabilities, tiny))
+
+    def _logits_mode_inputs(self, X: Any, reset: bool):
+        if _is_torch_object(X):
+            X = check_logits(X)
+        # sklearn's conventions first (feature names, n_features_in_, sparse and complex
+        # input, 1-D input with its "Reshape your data" hint), then the logit checks.
+        X = validate_data(
+            self,
+            X,
+            reset=reset,
+            dtype=(np.float64, np.float32),
+            ensure_all_finite=False,
+            # At predict time the n_features_in_ check speaks first.
+            ensure_min_features=2 if reset else 1,
+        )
+        X = check_logits(X)
+        features, logits = self._split_columns(X)
+        if self.input == "probs":
+            logits = self._probabilities_to_logits(logits)
+        return features, logits
+
+    def _backbone_outputs(self, X: Any, y: Any):
+        from ..backbones import extract_outputs
+
+        pooled, logits, y = extract_outputs(
+            self.backbone_,
+            X,
+            y,
+            batch_size=self.batch_size,
+            device=self.device,
+            mixed_precision=self.mixed_precision,
+            memory=self.memory,
+            verbose=self.verbose,
+        )
+        logits = check_logits(logits, name="backbone logits")
+        if self.input == "probs":
+            logits = self._probabilities_to_logits(logits)
+        return pooled, logits, y
+
+    def _transform_inputs(self, X: Any, y: Any = None):
+        """Validated ``(features, logits, y)`` of a fitted calibrator."""
+        check_is_fitted(self, "classes_")
+        if self.backbone is not None:
+            features, logits, y = self._backbone_outputs(X, y)
+        else:
+            features, logits = self._logits_mode_inputs(X, reset=False)
+        if logits.shape[1] != self.classes_.shape[0]:
+            raise ValueError(
+                f"X has {logits.shape[1]} logit columns, but {type(self).__name__} was fitted "
+                f"with {self.classes_.shape[0]}"
+            )
+        return features, logits, y
+
+    # ---------------------------------------------------------- public API
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None):
+        """Fit the calibrator on held-out logits (or raw inputs with a backbone).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, K), Dataset or DataLoader
+            Logits (numpy, torch or DataFrame), probabilities with
+            ``input="probs"``, or raw inputs with ``backbone``.
+        y : array-like of shape (n_samples,)
+            Labels; omitted when ``X`` is a Dataset or DataLoader.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        self
+            The fitted calibrator.
+        """
+        if self.backbone is not None:
+            from ..backbones import as_backbone
+
+            self.backbone_ = as_backbone(self.backbone)
+            features, logits, y = self._backbone_outputs(X, y)
+        else:
+            features, logits = self._logits_mode_inputs(X, reset=True)
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None: "
+                "pass the labels, or a Dataset/DataLoader yielding (x, y) with a backbone"
+            )
+        if logits.shape[1] < 2:
+            raise ValueError(
+                f"X has 1 feature(s) as logits (shape {logits.shape}); calibration needs at "
+                "least 2 logit columns (for a binary problem pass both columns)"
+            )
+        y = _labels_to_numpy(y)
+        check_consistent_length(logits, y)
+        y_index = self._fit_labels(y, n_columns=logits.shape[1])
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, logits, dtype=np.float64, ensure_non_negative=True
+            )
+        self._check_fit_inputs(features, logits)
+        self._fit_core(features, logits, y_index, sample_weight)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Return the calibrated logits (float64, shape (n_samples, K)).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, K), Dataset or DataLoader
+            Input in the form given to ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            Calibrated logits; ``softmax`` of them is ``predict_proba(X)``.
+        """
+        features, logits, _ = self._transform_inputs(X)
+        return np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Return calibrated probabilities (float64, rows summing to 1).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, K), Dataset or DataLoader
+            Input in the form given to ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            Column ``j`` is the probability of ``classes_[j]``.
+        """
+        return softmax(self.decision_function(X), axis=1)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Return the log of the calibrated probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, K), Dataset or DataLoader
+            Input in the form given to ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            ``log(predict_proba(X))``, computed stably from the logits.
+        """
+        from scipy.special import log_softmax
+
+        return log_softmax(self.decision_function(X), axis=1)
+
+    def _predict_proba_with_labels(self, X: Any, y: Any):
+        if self.backbone is None:
+            return super()._predict_proba_with_labels(X, y)
+        features, logits, y = self._transform_inputs(X, y)
+        if y is None:
+            raise ValueError("y is required to score array inputs")
+        calibrated = np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
+        return softmax(calibrated, axis=1), y
+
+    def _expected_failed_checks(self) -> dict[str, str]:
+        """The ``check_estimator`` checks this estimator fails by design, with reasons.
+
+        Pass it to ``parametrize_with_checks(..., expected_failed_checks=...)``.
+        """
+        return dict(LOGIT_CALIBRATOR_WAIVED_CHECKS)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # The accuracy is the backbone's (or the given logits'): a post-hoc calibrator
+        # cannot score well on arbitrary features, by design.
+        tags.classifier_tags.poor_score = True
+        tags.input_tags.allow_nan = False
+        return tags
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        on_accelerator = {key: value for key, value in state.items() if _on_accelerator(value)}
+        if on_accelerator:
+            # One deepcopy of all of them keeps shared submodules shared (the adapter
+            # wraps the user's backbone), then the copies move to the CPU.
+            copies = copy.deepcopy(on_accelerator)
+            for key, value in copies.items():
+                copies[key] = value.to("cpu")
+            state = {**state, **copies}
+        return state

@@ -1,0 +1,645 @@
+"""Sample-dependent adaptive temperature scaling (AdaTS, Joy et al., AAAI 2023).
+
+The network lives in two private pieces: :class:`_AdaptiveTemperatureNetwork`
+(a variational auto-encoder over the frozen classifier's features whose
+latent code, compared against one Gaussian prior per class, drives a
+temperature head) and :func:`_adaptive_ts_loss` (reconstruction + KL +
+cross-entropy of the temperature-scaled logits). :class:`AdaptiveTS` is the
+scikit-learn estimator around them; it trains with the shared loop
+:func:`reliacal.training.fit_module`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from .._device import resolve_device
+from ..training import TrainingConfig, TrainingDivergedError, fit_module
+from ._base import BaseCalibrator
+
+__all__ = ["AdaptiveTS"]
+
+# Scales and temperatures are floored here, as in the authors' code, so that
+# a collapsing softplus can never divide by zero.
+_MIN_SCALE = 1e-3
+_PUBLISHED_WIDTHS = (1024, 512, 512)
+# Rows per inference batch: bounds the memory of predicting on large arrays.
+_INFERENCE_ROWS = 8192
+
+
+def _mlp(sizes: tuple[int, ...], *, final_activation: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for index, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        if final_activation or index < len(sizes) - 2:
+            layers.append(nn.ELU())
+    return nn.Sequential(*layers)
+
+
+def _positive(raw: torch.Tensor) -> torch.Tensor:
+    return F.softplus(raw).clamp_min(_MIN_SCALE)
+
+
+class _AdaptiveOutput(NamedTuple):
+    logits: torch.Tensor  # (B, K) calibrated logits z / T(x)
+    temperature: torch.Tensor  # (B,)
+    reconstruction_nll: torch.Tensor  # (B,) -log p(h | u), Laplace with unit scale
+    posterior_mean: torch.Tensor  # (B, L)
+    posterior_scale: torch.Tensor  # (B, L)
+    prior_mean: torch.Tensor  # (K, L)
+    prior_scale: torch.Tensor  # (K, L)
+    sample_weight: torch.Tensor  # (B,) weight of each sample's loss
+
+
+class _AdaptiveTemperatureNetwork(nn.Module):
+    """The AdaTS model: encoder, decoder, class priors and temperature head.
+
+    ``forward((h, z, w))`` takes standardised features ``h`` (B, D), raw
+    logits ``z`` (B, K) and loss weights ``w`` (B,) (optional; ones when
+    omitted). The weights only ride along into the outputs, because the
+    training loop's contract is that the loss comes from the module's outputs
+    alone (what DistributedDataParallel needs). In training mode the latent code is sampled with the
+    reparameterisation trick (torch's global generator); in evaluation mode it
+    is the posterior mean, so predictions are deterministic.
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int,
+        latent_dim: int = 16,
+        hidden_layer_sizes: tuple[int, ...] = _PUBLISHED_WIDTHS,
+        temperature_hidden_sizes: tuple[int, ...] = (128, 128),
+    ) -> None:
+        super().__init__()
+        hidden = tuple(hidden_layer_sizes)
+        self.encoder = _mlp((n_features, *hidden), final_activation=True)
+        self.posterior_mean_head = nn.Linear(hidden[-1], latent_dim)
+        self.posterior_scale_head = nn.Linear(hidden[-1], latent_dim)
+        self.decoder = _mlp((latent_dim, *hidden, n_features), final_activation=False)
+        self.prior_mean = nn.Parameter(torch.randn(n_classes, latent_dim))
+        # softplus(0.5413) = 1: every class prior starts as a unit Gaussian around its mean.
+        self.prior_raw_scale = nn.Parameter(torch.full((n_classes, latent_dim), 0.5413))
+        self.temperature_head = _mlp(
+            (n_classes, *tuple(temperature_hidden_sizes), 1), final_activation=False
+        )
+
+    def posterior(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and scale of the diagonal Gaussian q(u | h)."""
+        hidden = self.encoder(features)
+        return self.posterior_mean_head(hidden), _positive(self.posterior_scale_head(hidden))
+
+    def class_log_likelihoods(self, latent: torch.Tensor) -> torch.Tensor:
+        """``l[b, k] = log N(u_b; m_k, diag s_k^2)``, shape (B, K)."""
+        prior_scale = _positive(self.prior_raw_scale)
+        standardised = (latent[:, None, :] - self.prior_mean) / prior_scale
+        per_dim = -0.5 * standardised.square() - prior_scale.log() - 0.5 * math.log(2 * math.pi)
+        return per_dim.sum(dim=-1)
+
+    def temperature_of(self, latent: torch.Tensor) -> torch.Tensor:
+        """Per-sample temperature ``T(u) >= 1e-3``, shape (B,)."""
+        return _positive(self.temperature_head(self.class_log_likelihoods(latent))).squeeze(-1)
+
+    def forward(self, inputs: tuple[torch.Tensor, ...]) -> _AdaptiveOutput:
+        features, logits = inputs[0], inputs[1]
+        weight = inputs[2] if len(inputs) > 2 else torch.ones_like(logits[:, 0])
+        mean, scale = self.posterior(features)
+        latent = mean + scale * torch.randn_like(scale) if self.training else mean
+        temperature = self.temperature_of(latent)
+        reconstruction = self.decoder(latent)
+        # Laplace(h; h_hat, 1): -log p = |h - h_hat| + log 2 per dimension.
+        reconstruction_nll = ((features - reconstruction).abs() + math.log(2.0)).sum(dim=-1)
+        return _AdaptiveOutput(
+            logits=logits / temperature[:, None],
+            temperature=temperature,
+            reconstruction_nll=reconstruction_nll,
+            posterior_mean=mean,
+            posterior_scale=scale,
+            prior_mean=self.prior_mean,
+            prior_scale=_positive(self.prior_raw_scale),
+            sample_weight=weight,
+        )
+
+    @torch.no_grad()
+    def sampled_probabilities(
+        self,
+        features: torch.Tensor,
+        logits: torch.Tensor,
+        n_samples: int,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Average ``softmax(z / T(u_s))`` over ``n_samples`` draws ``u_s ~ q(u | h)``.
+
+        Returns the averaged probabilities (B, K) and the mean temperature (B,).
+        """
+        mean, scale = self.posterior(features)
+        probabilities = torch.zeros_like(logits)
+        temperatures = torch.zeros_like(logits[:, 0])
+        for _ in range(n_samples):
+            noise = torch.randn(
+                scale.shape, generator=generator, device=generator.device, dtype=scale.dtype
+            ).to(scale.device)
+            temperature = self.temperature_of(mean + scale * noise)
+            probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
+            temperatures += temperature
+        return probabilities / n_samples, temperatures / n_samples
+
+
+def _gaussian_kl(
+    mean_q: torch.Tensor, scale_q: torch.Tensor, mean_p: torch.Tensor, scale_p: torch.Tensor
+) -> torch.Tensor:
+    """Closed-form KL(N(mean_q, scale_q^2) || N(mean_p, scale_p^2)), summed over the last axis."""
+    variance_ratio = (scale_q / scale_p).square()
+    mean_term = ((mean_q - mean_p) / scale_p).square()
+    return 0.5 * (variance_ratio + mean_term - 1.0 - variance_ratio.log()).sum(dim=-1)
+
+
+def _adaptive_ts_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.Tensor:
+    """Batch mean of ``w * (-log p(h|u) + KL(q(u|h) || p(u|y)) + CE(softmax(z / T), y))``."""
+    kl = _gaussian_kl(
+        outputs.posterior_mean,
+        outputs.posterior_scale,
+        outputs.prior_mean[target],
+        outputs.prior_scale[target],
+    )
+    cross_entropy = F.cross_entropy(outputs.logits, target, reduction="none")
+    per_sample = outputs.reconstruction_nll + kl + cross_entropy
+    return (outputs.sample_weight * per_sample).mean()
+
+
+def _output_logits(outputs: _AdaptiveOutput) -> torch.Tensor:
+    return outputs.logits
+
+
+class _CalibrationData(Dataset):
+    """``((h_i, z_i, w_i), y_i)`` items over cached features, logits, weights and labels."""
+
+    def __init__(self, features, logits, weights, targets):
+        self.features, self.logits, self.weights, self.targets = features, logits, weights, targets
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        inputs = (self.features[index], self.logits[index], self.weights[index])
+        return inputs, self.targets[index]
+
+
+def _auto_hidden_sizes(n_features: int) -> tuple[int, int, int]:
+    """The published widths (1024, 512, 512) from 256 features up; 4 D (at least 128) below."""
+    first = min(_PUBLISHED_WIDTHS[0], max(128, 4 * n_features))
+    return first, first // 2, first // 2
+
+
+def _check_widths(name: str, widths) -> tuple[int, ...]:
+    try:
+        widths = tuple(widths)
+    except TypeError:
+        raise ValueError(
+            f"{name} must be a sequence of positive integers, got {widths!r}"
+        ) from None
+    if not widths or not all(
+        isinstance(width, numbers.Integral) and not isinstance(width, bool) and width > 0
+        for width in widths
+    ):
+        raise ValueError(
+            f"{name} must be a non-empty sequence of positive integers, got {widths!r}"
+        )
+    return tuple(int(width) for width in widths)
+
+
+class AdaptiveTS(BaseCalibrator):
+    r"""Sample-dependent adaptive temperature scaling (AdaTS).
+
+    Joy, Pinto, Lim, Torr and Dokania, "Sample-dependent Adaptive Temperature
+    Scaling for Improved Calibration", AAAI 2023 (arXiv:2207.06211). Each
+    input gets its own temperature ``T(x) > 0``, predicted from the frozen
+    classifier's features ``h`` and applied to its logits ``z``:
+    ``p = softmax(z / T(x))``. Dividing by a positive number never changes
+    the predicted class, so the accuracy is the classifier's.
+
+    The model is the authors' (the sizes are parameters):
+
+    - encoder ``q(u | h) = N(mu(h), diag sigma(h)^2)``: an ELU MLP
+      ``D -> hidden_layer_sizes`` and two linear heads; ``sigma`` is a
+      softplus floored at 1e-3; ``u`` has ``latent_dim`` dimensions;
+    - decoder: an ELU MLP ``latent_dim -> hidden_layer_sizes -> D`` with a
+      unit-scale Laplace likelihood ``-log p(h | u) = sum_d |h_d - h^_d| + log 2``;
+    - class-conditional prior ``p(u | y) = N(m_y, diag s_y^2)`` with learned
+      means and scales (softplus, floored at 1e-3);
+    - temperature head: ``l_k = log N(u; m_k, s_k^2)`` for every class ``k``,
+      then an ELU MLP ``K -> temperature_hidden_sizes -> 1`` and a softplus
+      floored at 1e-3 give ``T``. An input unlikely under every class prior
+      gets its own temperature.
+
+    It minimises, over mini-batches of the calibration data and with ``u``
+    drawn by the reparameterisation trick,
+
+    .. math::
+
+        \mathrm{mean}_i\, w_i \left[ -\log p(h_i | u_i)
+        + \mathrm{KL}(q(u | h_i) \,\|\, p(u | y_i))
+        - \log \mathrm{softmax}(z_i / T(u_i))_{y_i} \right]
+
+    (the Gaussian KL in closed form, summed over the latent dimensions; ``w``
+    are the sample weights scaled to mean 1). Predictions use the posterior
+    mean ``u = mu(h)``, so they are deterministic (the authors' code samples
+    ``u`` at test time); ``n_samples > 1`` instead averages ``softmax(z /
+    T(u_s))`` over draws ``u_s ~ q(u | h)`` from a generator seeded with
+    ``random_state``.
+
+    Inputs, in three forms:
+
+    - logits only (default): ``X`` is ``(n, K)`` and the logits also serve as
+      the features ``h``;
+    - features and logits side by side: ``X`` is ``(n, D + K)`` and
+      ``n_logits=K`` says that its last ``K`` columns are the logits, so
+      that cross-validation's row splitting keeps them together;
+    - ``backbone=model``: ``X`` holds raw inputs; the features are the
+      backbone's pooled pre-logits outputs and the logits its head's, from
+      one forward pass (:func:`reliacal.backbones.extract_outputs`).
+
+    Departures from the published recipe:
+
+    - the features are standardised with the mean and standard deviation of
+      the calibration data (attributes ``feature_mean_``,
+      ``feature_scale_``), so that the unit-scale Laplace reconstruction
+      term weighs every dimension alike whatever the scale of the
+      backbone's features (the logits, when they serve as features, are
+      standardised too; the logits that are divided by ``T`` are not);
+    - ``validation_fraction`` of the calibration data is held out to keep
+      the epoch of lowest validation NLL and, with ``n_iter_no_change``, to
+      stop early, because a small calibration set overfits a 1024-wide
+      network (the published recipe, a fixed 100 epochs, is
+      ``validation_fraction=0, n_iter_no_change=None``);
+    - ``hidden_layer_sizes="auto"`` narrows the network for fewer than 256
+      features; ``weight_decay`` (decoupled, AdamW) is available, 0 as
+      published;
+    - ``sample_weight`` scales each sample's loss; the validation NLL that
+      selects the epoch is unweighted.
+
+    Parameters
+    ----------
+    n_logits : int, default=None
+        Number of logit columns at the right end of ``X``; the columns before
+        them are the features. ``None``: every column is a logit, and the
+        logits are the features. Must be ``None`` with a ``backbone``.
+    latent_dim : int, default=16
+        Dimension of the latent code ``u``.
+    hidden_layer_sizes : "auto" or tuple of int, default="auto"
+        Widths of the encoder's hidden layers, and of the decoder's.
+        ``"auto"``: the published ``(1024, 512, 512)`` for ``D >= 256``
+        features, and ``(w, w/2, w/2)`` with ``w = max(128, 4 D)`` below, so
+        that ten logits do not feed a 1024-wide network.
+    temperature_hidden_sizes : tuple of int, default=(128, 128)
+        Widths of the temperature head's hidden layers.
+    learning_rate : float, default=5e-4
+        Adam's learning rate (constant).
+    max_epochs : int, default=100
+        Maximum passes over the training part of the calibration data.
+    weight_decay : float, default=0.0
+        Decoupled weight decay (AdamW; 0 is Adam, as published).
+    validation_fraction : float, default=0.1
+        Fraction of the calibration data held out (seeded split) to select
+        the epoch with the lowest validation NLL of ``softmax(z / T(x))``;
+        0 trains on all of it and keeps the last epoch.
+    n_iter_no_change : int or None, default=10
+        Stop after this many epochs without a lower validation NLL; ``None``
+        trains for ``max_epochs``. Needs ``validation_fraction > 0``.
+    n_samples : int, default=1
+        1: predict at the posterior mean of ``u`` (deterministic). More:
+        average the probabilities over this many sampled ``u`` (seeded).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the network's initialisation, the validation split, the
+        shuffling and the latent samples of training, and the generator of
+        ``n_samples > 1``. An int makes fits reproducible on the CPU.
+    input : {"logits", "probs"}, default="logits"
+        ``"probs"``: the logit columns (or the backbone's outputs) are
+        probabilities; their logs are used.
+    classes : array-like of shape (K,), default=None
+        Label of each logit column (default ``0..K-1``).
+    backbone : model, BackboneAdapter or str, default=None
+        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
+    batch_size : int, default=128
+        Mini-batch size of training, and of the backbone's forward passes.
+    device : str or torch.device, default="auto"
+        Where the network (and the backbone) runs: CUDA when available.
+    mixed_precision : bool, default=False
+        Backbone autocast on CUDA (the calibration network trains in float32).
+    memory : joblib.Memory, str or path, default=None
+        Cache of the backbone outputs, e.g. for a grid search.
+    verbose : int, default=0
+        1: progress bar over epochs (and the backbone pass); 2: also batches.
+
+    Attributes
+    ----------
+    network_ : torch.nn.Module
+        The trained network, on the CPU, in eval mode. After a
+        :class:`~reliacal.training.TrainingDivergedError` it holds the last
+        good weights (from before the step whose loss was not finite).
+    feature_mean_, feature_scale_ : ndarray of shape (D,)
+        Standardisation of the features (scale 1 for constant features).
+    history_ : list of dict
+        Per epoch: ``train_loss``, ``val_loss``, ``val_nll``, ``val_ece``,
+        ``val_accuracy`` (as :func:`reliacal.training.fit_module` reports).
+    best_epoch_ : int
+        Epoch (from 1) whose weights were kept.
+    n_iter_ : int
+        Epochs run.
+    classes_ : ndarray of shape (K,)
+        Label of each logit column.
+    n_features_in_ : int
+        Columns of ``X`` (logits mode).
+    backbone_ : BackboneAdapter
+        The wrapped backbone (backbone mode).
+
+    See Also
+    --------
+    TemperatureScaling : one temperature for all inputs.
+
+    Notes
+    -----
+    :func:`sklearn.utils.estimator_checks.check_estimator` passes in logits
+    mode except the checks that ``_expected_failed_checks()`` lists with
+    their reasons: those of every logit calibrator (the columns of ``X`` are
+    the classes, so sklearn's data with other labels is rejected;
+    ``decision_function`` is ``(n, K)``), ``check_classifiers_one_label``
+    (the argmax never changes) and
+    ``check_sample_weight_equivalence_on_dense_data`` (weighted stochastic
+    training is not bit-equivalent to repeated rows).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators import AdaptiveTS
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=300)
+    >>> logits = 3.0 * np.eye(3)[y] + rng.normal(size=(300, 3))
+    >>> model = AdaptiveTS(hidden_layer_sizes=(16,), temperature_hidden_sizes=(8,),
+    ...                    latent_dim=2, max_epochs=3, random_state=0).fit(logits, y)
+    >>> temperatures = model.temperature(logits)
+    >>> temperatures.shape, bool(np.all(temperatures > 0))
+    ((300,), True)
+    >>> proba = model.predict_proba(logits)
+    >>> bool(np.allclose(proba.sum(axis=1), 1.0))
+    True
+    >>> bool(np.all(proba.argmax(axis=1) == logits.argmax(axis=1)))
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "n_logits": [Interval(numbers.Integral, 2, None, closed="left"), None],
+        "latent_dim": [Interval(numbers.Integral, 1, None, closed="left")],
+        "hidden_layer_sizes": [StrOptions({"auto"}), "array-like"],
+        "temperature_hidden_sizes": ["array-like"],
+        "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
+        "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
+        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
+        "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_logits: int | None = None,
+        *,
+        latent_dim: int = 16,
+        hidden_layer_sizes: str | tuple[int, ...] = "auto",
+        temperature_hidden_sizes: tuple[int, ...] = (128, 128),
+        learning_rate: float = 5e-4,
+        max_epochs: int = 100,
+        weight_decay: float = 0.0,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int | None = 10,
+        n_samples: int = 1,
+        random_state=None,
+        input: str = "logits",
+        classes=None,
+        backbone=None,
+        batch_size: int = 128,
+        device="auto",
+        mixed_precision: bool = False,
+        memory=None,
+        verbose: int = 0,
+    ):
+        self.n_logits = n_logits
+        self.latent_dim = latent_dim
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.temperature_hidden_sizes = temperature_hidden_sizes
+        self.learning_rate = learning_rate
+        self.max_epochs = max_epochs
+        self.weight_decay = weight_decay
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.n_samples = n_samples
+        self.random_state = random_state
+        self.input = input
+        self.classes = classes
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.device = device
+        self.mixed_precision = mixed_precision
+        self.memory = memory
+        self.verbose = verbose
+
+    # ------------------------------------------------------------ base hooks
+    def _split_columns(self, X: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        if self.n_logits is None:
+            return None, X
+        if self.n_logits >= X.shape[1]:
+            raise ValueError(
+                f"n_logits={self.n_logits} leaves no feature column in X with {X.shape[1]} "
+                "columns: X must hold the features followed by the logits (or set "
+                "n_logits=None when X holds logits only)"
+            )
+        return X[:, : -self.n_logits], X[:, -self.n_logits :]
+
+    def _check_fit_inputs(self, features, logits) -> None:
+        if self.backbone is not None and self.n_logits is not None:
+            raise ValueError(
+                "n_logits must be None with a backbone: the features and logits come from "
+                "the backbone's forward pass"
+            )
+        if self.n_iter_no_change is not None and self.validation_fraction == 0:
+            raise ValueError(
+                "n_iter_no_change needs validation_fraction > 0 (early stopping is judged on "
+                "the held-out part of the calibration data); set n_iter_no_change=None"
+            )
+
+    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+        features = logits if features is None else features
+        if isinstance(self.hidden_layer_sizes, str) and self.hidden_layer_sizes == "auto":
+            hidden = _auto_hidden_sizes(features.shape[1])
+        else:
+            hidden = _check_widths("hidden_layer_sizes", self.hidden_layer_sizes)
+        temperature_hidden = _check_widths(
+            "temperature_hidden_sizes", self.temperature_hidden_sizes
+        )
+        seed = self._seed()
+        n_samples = logits.shape[0]
+        mean = features.mean(axis=0, dtype=np.float64)
+        scale = features.std(axis=0, dtype=np.float64)
+        # Constant features carry no information; scale 1 keeps them finite (at 0).
+        scale[scale <= 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0
+        self.feature_mean_, self.feature_scale_ = mean, scale
+        if sample_weight is None:
+            weights = np.ones(n_samples)
+        else:
+            weights = sample_weight * (n_samples / sample_weight.sum())
+        data = _CalibrationData(
+            self._standardised(features),
+            torch.as_tensor(logits, dtype=torch.float32),
+            torch.as_tensor(weights, dtype=torch.float32),
+            torch.as_tensor(y_index, dtype=torch.int64),
+        )
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.network_ = _AdaptiveTemperatureNetwork(
+                features.shape[1],
+                logits.shape[1],
+                latent_dim=self.latent_dim,
+                hidden_layer_sizes=hidden,
+                temperature_hidden_sizes=temperature_hidden,
+            )
+        config = TrainingConfig(
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            optimizer="adamw",
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            schedule="constant",
+            warmup_epochs=0.0,
+            grad_clip_norm=None,
+            mixed_precision=False,
+            validation_fraction=self.validation_fraction,
+            selection_metric="nll",
+            n_iter_no_change=self.n_iter_no_change,
+            device=self.device,
+            verbose=int(self.verbose),
+            random_state=seed,
+        )
+        try:
+            result = fit_module(
+                self.network_, _adaptive_ts_loss, data, config=config, logits_fn=_output_logits
+            )
+        except TrainingDivergedError as error:
+            raise TrainingDivergedError(
+                f"AdaptiveTS: {error} The network with the last good weights is kept in network_."
+            ) from error
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch if result.best_epoch else len(result.history)
+        self.n_iter_ = len(result.history)
+        self.sampling_seed_ = 0 if seed is None else seed
+
+    def _calibrated_logits(self, features, logits) -> np.ndarray:
+        calibrated, _ = self._predict_batches(features, logits)
+        return calibrated
+
+    # --------------------------------------------------------------- public
+    def temperature(self, X) -> np.ndarray:
+        """Return the per-sample temperatures ``T(x)`` (float64, all > 0).
+
+        With ``n_samples > 1`` each is the mean temperature over the sampled
+        latent codes.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), Dataset or DataLoader
+            Input in the form given to ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            ``T(x)`` of each sample; the calibrated logits are ``z / T(x)``
+            (for ``n_samples=1``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from reliacal.calibrators import AdaptiveTS
+        >>> rng = np.random.default_rng(1)
+        >>> y = rng.integers(0, 2, size=100)
+        >>> logits = np.eye(2)[y] + rng.normal(size=(100, 2))
+        >>> model = AdaptiveTS(hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,),
+        ...                    max_epochs=2, random_state=0).fit(logits, y)
+        >>> bool(np.all(model.temperature(logits) > 0))
+        True
+        """
+        features, logits, _ = self._transform_inputs(X)
+        _, temperatures = self._predict_batches(features, logits)
+        return temperatures
+
+    # -------------------------------------------------------------- helpers
+    def _seed(self) -> int | None:
+        if self.random_state is None:
+            return None
+        if isinstance(self.random_state, numbers.Integral):
+            return int(self.random_state)
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+    def _standardised(self, features: np.ndarray) -> torch.Tensor:
+        standardised = (np.asarray(features, dtype=np.float64) - self.feature_mean_) / (
+            self.feature_scale_
+        )
+        return torch.as_tensor(standardised, dtype=torch.float32)
+
+    def _predict_batches(self, features, logits) -> tuple[np.ndarray, np.ndarray]:
+        """Calibrated logits (log of the averaged probabilities when sampling) and T."""
+        features = logits if features is None else features
+        if features.shape[1] != self.feature_mean_.shape[0]:
+            raise ValueError(
+                f"the features have {features.shape[1]} columns, but AdaptiveTS was fitted "
+                f"with {self.feature_mean_.shape[0]}"
+            )
+        if not isinstance(self.n_samples, numbers.Integral) or self.n_samples < 1:
+            raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}")
+        device = resolve_device(self.device)
+        network = self.network_ if device.type == "cpu" else copy.deepcopy(self.network_)
+        network = network.to(device).eval()
+        generator = torch.Generator(device=device).manual_seed(self.sampling_seed_)
+        h_all = self._standardised(features)
+        z_all = torch.as_tensor(np.asarray(logits), dtype=torch.float64)
+        calibrated, temperatures = [], []
+        with torch.no_grad():
+            for start in range(0, len(z_all), _INFERENCE_ROWS):
+                h = h_all[start : start + _INFERENCE_ROWS].to(device)
+                z = z_all[start : start + _INFERENCE_ROWS].to(device)
+                if self.n_samples == 1:
+                    temperature = network.temperature_of(network.posterior(h)[0]).double()
+                    calibrated.append((z / temperature[:, None]).cpu())
+                else:
+                    probabilities, temperature = network.sampled_probabilities(
+                        h, z, int(self.n_samples), generator
+                    )
+                    calibrated.append(probabilities.clamp_min(1e-300).log().cpu())
+                temperatures.append(temperature.double().cpu())
+        return torch.cat(calibrated).numpy(), torch.cat(temperatures).numpy()
+
+    def _expected_failed_checks(self) -> dict[str, str]:
+        return {
+            **super()._expected_failed_checks(),
+            "check_classifiers_one_label": (
+                "a sample-dependent temperature keeps the argmax of the logits, so it cannot "
+                "learn to predict the single class seen in fit"
+            ),
+            "check_sample_weight_equivalence_on_dense_data": (
+                "weights scale each sample's loss in stochastic mini-batch training; a fit "
+                "with repeated rows sees other batches and another validation split, so it "
+                "is not bit-equivalent (unit weights do give the unweighted fit exactly)"
+            ),
+        }

@@ -1,0 +1,374 @@
+"""The ``reliacal`` command: evaluate, calibrate and demonstrate from a shell.
+
+``reliacal evaluate PRED`` prints the calibration report of a prediction
+file; ``reliacal calibrate CAL EVAL --method temperature`` fits a post-hoc
+calibrator on one file and reports before/after on the other;
+``reliacal demo`` trains the demo classifier and writes a report. A user
+mistake (missing file, unknown key, shapes that disagree, values that are not
+probabilities) ends with one line on stderr and exit status 1, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main"]
+
+_FORMATS = ("table", "csv", "json")
+_STRATEGIES = ("uniform", "quantile")
+_METHODS = ("temperature", "vector", "matrix")
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line without a traceback."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``reliacal`` command and return its exit status.
+
+    Parameters
+    ----------
+    argv : sequence of str or None, default=None
+        The arguments after the program name; ``None`` reads ``sys.argv``.
+
+    Returns
+    -------
+    int
+        0 on success, 1 on a user error (one line on stderr), 2 on a usage
+        error (from argparse).
+
+    Examples
+    --------
+    >>> import contextlib, io, os, tempfile
+    >>> import numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), "preds.npz")
+    >>> rng = np.random.default_rng(0)
+    >>> np.savez(path, probs=rng.dirichlet(np.ones(3), size=200),
+    ...          labels=rng.integers(0, 3, size=200))
+    >>> out, err = io.StringIO(), io.StringIO()
+    >>> with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    ...     status = main(["evaluate", path, "--format", "csv"])
+    >>> status
+    0
+    >>> err.getvalue().strip()
+    "reliacal: preds.npz: probabilities from key 'probs', labels from key 'labels'"
+    >>> main(["evaluate", "missing.npz"])
+    1
+    """
+    parser = _build_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        # The library's warnings (e.g. a calibrator that did not converge) become one line each.
+        with warnings.catch_warnings(record=True) as caught:
+            status = arguments.handler(arguments)
+        for warning in caught:
+            _say(f"warning: {warning.message}")
+        return status
+    except (UserError, ValueError, OSError) as error:
+        message = str(error) or type(error).__name__
+        _say(f"error: {message}")
+        return 1
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reliacal",
+        description="Measure, plot and fix the calibration of a classifier's probabilities.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="print the calibration metrics of a prediction file",
+        description="Print the calibration report (ECE, NLL, Brier, ...) of a prediction file.",
+    )
+    evaluate.add_argument("predictions", metavar="PRED", help=_PREDICTION_HELP)
+    evaluate.add_argument("--labels", metavar="FILE", help="file with the true labels")
+    _add_reading_options(evaluate)
+    _add_report_options(evaluate)
+    evaluate.add_argument("--name", default=None, help="model name in the report")
+    evaluate.set_defaults(handler=_evaluate)
+
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit a post-hoc calibrator on one file, evaluate it on another",
+        description=(
+            "Fit a calibrator on CAL_FILE and report the metrics before and after on "
+            "EVAL_FILE. Probabilities are used as log-probabilities (the logits up to a "
+            "per-row constant, which temperature scaling ignores); files that hold logits "
+            "are used as they are."
+        ),
+    )
+    calibrate.add_argument("calibration", metavar="CAL_FILE", help=_PREDICTION_HELP)
+    calibrate.add_argument("evaluation", metavar="EVAL_FILE", help=_PREDICTION_HELP)
+    calibrate.add_argument(
+        "--method",
+        choices=_METHODS,
+        default="temperature",
+        help="temperature scaling (default), vector scaling, or matrix scaling (on "
+        "log-probabilities: Dirichlet calibration)",
+    )
+    calibrate.add_argument(
+        "--reg-off-diagonal",
+        type=_non_negative_float,
+        default=0.0,
+        help="matrix: ODIR penalty on the off-diagonal weights (default 0)",
+    )
+    calibrate.add_argument(
+        "--reg-bias",
+        type=_non_negative_float,
+        default=0.0,
+        help="vector, matrix: penalty on the intercepts (default 0)",
+    )
+    calibrate.add_argument("--cal-labels", metavar="FILE", help="labels of CAL_FILE")
+    calibrate.add_argument("--eval-labels", metavar="FILE", help="labels of EVAL_FILE")
+    _add_reading_options(calibrate)
+    _add_report_options(calibrate)
+    calibrate.add_argument(
+        "--out", metavar="FILE", help="write the calibrated probabilities and labels (.npz)"
+    )
+    calibrate.add_argument(
+        "--save-model",
+        metavar="FILE",
+        help="save the fitted calibrator with joblib (its input: probabilities, or logits "
+        "when both files hold logits)",
+    )
+    calibrate.set_defaults(handler=_calibrate)
+
+    demo = commands.add_parser(
+        "demo",
+        help="train a small classifier on the digits and write a calibration report",
+        description=(
+            "Train a tiny Vision Transformer on scikit-learn's digits, calibrate it with "
+            "every registered method and write report.md, report.html, figures and "
+            "predictions."
+        ),
+    )
+    demo.add_argument("--out", default="reliacal-demo", help="output folder")
+    demo.add_argument("--quick", action="store_true", help="few epochs (a smoke test)")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the split and training")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+_PREDICTION_HELP = (
+    "predictions: .npz (keys probs/predictions/logits and labels/ground_truth/y), .npy "
+    "(labels from a second file), or .csv/.parquet (a label column and one column per class)"
+)
+
+
+def _add_reading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probs-key", help="npz key (or column-name prefix) of the predictions")
+    parser.add_argument("--labels-key", help="npz key or column name of the labels")
+    parser.add_argument(
+        "--logits", action="store_true", help="the predictions are logits (softmax is applied)"
+    )
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--n-bins", type=_positive_int, default=15, help="bins of the binned metrics"
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=_STRATEGIES,
+        default="uniform",
+        help="bins of the diagram (the table reports both: ece and adaptive_ece)",
+    )
+    parser.add_argument("--format", choices=_FORMATS, default="table", help="report format")
+    parser.add_argument("--plot", metavar="PNG", help="write a reliability diagram")
+
+
+def _positive_int(text: str) -> int:
+    from reliacal._validation import check_n_bins
+
+    try:
+        return check_n_bins(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _say(message: str) -> None:
+    print(f"reliacal: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
+    from reliacal.datasets import load_prediction_file
+
+    predictions = load_prediction_file(
+        path,
+        labels_path=labels_path,
+        probs_key=arguments.probs_key,
+        labels_key=arguments.labels_key,
+        logits=arguments.logits,
+    )
+    _say(predictions.source)
+    return predictions
+
+
+def _evaluate(arguments: argparse.Namespace) -> int:
+    predictions = _load(arguments.predictions, arguments.labels, arguments)
+    name = arguments.name or Path(arguments.predictions).stem
+    _report(arguments, predictions.labels, {name: predictions.probs}, labels=predictions.classes)
+    return 0
+
+
+def _calibrate(arguments: argparse.Namespace) -> int:
+    calibration = _load(arguments.calibration, arguments.cal_labels, arguments)
+    evaluation = _load(arguments.evaluation, arguments.eval_labels, arguments)
+    if calibration.probs.ndim != 2 or evaluation.probs.ndim != 2:
+        raise UserError("calibrate needs one probability column per class in both files")
+    n_classes = calibration.probs.shape[1]
+    if evaluation.probs.shape[1] != n_classes:
+        raise UserError(
+            f"the files disagree on the number of classes: {n_classes} in "
+            f"{Path(arguments.calibration).name}, {evaluation.probs.shape[1]} in "
+            f"{Path(arguments.evaluation).name}"
+        )
+    classes = _shared_classes(calibration, evaluation, n_classes)
+    use_logits = calibration.logits is not None and evaluation.logits is not None
+    estimator = _make_calibrator(arguments, classes, use_logits)
+    cal_input = calibration.logits if use_logits else calibration.probs
+    eval_input = evaluation.logits if use_logits else evaluation.probs
+    estimator.fit(cal_input, calibration.labels)
+    calibrated = estimator.predict_proba(eval_input)
+
+    method_name = type(estimator).__name__
+    if hasattr(estimator, "temperature_"):
+        _say(f"{method_name}: temperature_ = {float(estimator.temperature_):.4f}")
+    _report(
+        arguments,
+        evaluation.labels,
+        {"uncalibrated": evaluation.probs, method_name: calibrated},
+        labels=classes,
+    )
+    if arguments.out:
+        out = Path(arguments.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out, probs=calibrated, labels=evaluation.labels)
+        _say(f"wrote {out}")
+    if arguments.save_model:
+        import joblib
+
+        model_path = Path(arguments.save_model)
+        model_path.parent.mkdir(parents=True, exist_ok=True)
+        joblib.dump(estimator, model_path)
+        _say(f"wrote {model_path}")
+    return 0
+
+
+def _shared_classes(calibration, evaluation, n_classes: int):
+    """The class of each probability column.
+
+    Columns named by the files (tables with class-named columns) must agree;
+    integer labels name their column directly (a calibration split may miss
+    classes); other labels must together be exactly one per column.
+    """
+    if calibration.classes is not None or evaluation.classes is not None:
+        if (
+            calibration.classes is None
+            or evaluation.classes is None
+            or not np.array_equal(calibration.classes, evaluation.classes)
+        ):
+            raise UserError("the two files name different classes for their columns")
+        return calibration.classes
+    both = np.concatenate([calibration.labels, evaluation.labels])
+    if np.issubdtype(both.dtype, np.integer):
+        if both.min() < 0 or both.max() >= n_classes:
+            raise UserError(
+                f"integer labels must lie in [0, {n_classes}) for {n_classes} probability "
+                f"columns, got labels from {both.min()} to {both.max()}"
+            )
+        return np.arange(n_classes)
+    classes = np.unique(both)
+    if len(classes) != n_classes:
+        raise UserError(
+            f"the labels hold {len(classes)} distinct classes but the predictions have "
+            f"{n_classes} columns"
+        )
+    return classes
+
+
+def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_logits: bool) -> Any:
+    from reliacal.calibrators import MatrixScaling, TemperatureScaling, VectorScaling
+
+    shared = {"input": "logits" if use_logits else "probs", "classes": classes}
+    if arguments.method == "temperature":
+        if arguments.reg_off_diagonal or arguments.reg_bias:
+            raise UserError("--reg-off-diagonal and --reg-bias apply to vector and matrix only")
+        return TemperatureScaling(**shared)
+    if arguments.method == "vector":
+        if arguments.reg_off_diagonal:
+            raise UserError("--reg-off-diagonal applies to matrix only")
+        return VectorScaling(reg_bias=arguments.reg_bias, **shared)
+    return MatrixScaling(
+        reg_off_diagonal=arguments.reg_off_diagonal, reg_bias=arguments.reg_bias, **shared
+    )
+
+
+def _report(
+    arguments: argparse.Namespace,
+    y_true: np.ndarray,
+    predictions: dict[str, np.ndarray],
+    labels: Any = None,
+) -> None:
+    from reliacal.metrics import calibration_report
+
+    report = calibration_report(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
+    if arguments.format == "table":
+        print(report.to_string())
+    elif arguments.format == "csv":
+        print(report.to_csv(), end="")
+    else:
+        print(report.to_json(orient="index", indent=2))
+    if arguments.plot:
+        _plot(arguments, y_true, predictions, labels)
+
+
+def _plot(arguments, y_true, predictions, labels) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from reliacal.plot import plot_reliability_diagrams
+
+    displays = plot_reliability_diagrams(
+        y_true, predictions, n_bins=arguments.n_bins, strategy=arguments.strategy, labels=labels
+    )
+    figure = next(iter(displays.values())).figure_
+    out = Path(arguments.plot)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    _say(f"wrote {out}")
+
+
+def _demo(arguments: argparse.Namespace) -> int:
+    from reliacal.demo import run_demo
+
+    result = run_demo(arguments.out, quick=arguments.quick, random_state=arguments.seed)
+    _say(f"wrote {result.report_path} and {result.html_path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

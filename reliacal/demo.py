@@ -1,0 +1,699 @@
+"""``reliacal demo``: train a tiny Vision Transformer on the digits, calibrate it, report.
+
+The demo trains :func:`reliacal.datasets.make_tiny_vit` with plain
+cross-entropy on scikit-learn's digits (fixed seed; stratified train /
+calibration / test split), runs every method of :data:`METHODS` on it, and
+writes a folder with ``report.md`` and ``report.html`` (the metric table of
+:func:`reliacal.metrics.calibration_report` and the reliability diagrams side
+by side), the PNG figures, the test predictions of every method
+(``predictions.npz``) and the calibration and test logits as prediction files
+that ``reliacal calibrate`` reads.
+
+A method is one :class:`DemoMethod` line in :data:`METHODS`: a name and a
+function from the :class:`DemoContext` (the trained model, its adapter, the
+data splits, the cached logits and pooled features, the training settings,
+the seed) to the test probabilities, or to a :class:`MethodOutput` that also
+carries extra figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, ParameterGrid
+
+from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
+from reliacal.metrics import calibration_report, nll_scorer, softmax
+
+__all__ = [
+    "METHODS",
+    "DemoContext",
+    "DemoMethod",
+    "DemoResult",
+    "MethodOutput",
+    "post_hoc",
+    "run_demo",
+]
+
+# A small training split keeps the network's accuracy below the digits' ceiling, where
+# over-confidence shows; a large test split keeps the binned metrics' noise low.
+CALIBRATION_SIZE = 0.25
+TEST_SIZE = 0.45
+
+# The report's columns, in the order a reader compares them (all from calibration_report).
+REPORT_COLUMNS = (
+    "accuracy",
+    "ece",
+    "adaptive_ece",
+    "classwise_ece",
+    "smooth_ece",
+    "nll",
+    "brier",
+    "overconfidence",
+)
+
+
+@dataclass
+class DemoContext:
+    """Everything a demo method may use, computed once before the methods run.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The trained tiny ViT (timm ``VisionTransformer``), in eval mode, on the CPU.
+    backbone : reliacal.backbones.BackboneAdapter
+        ``as_backbone(model)``: tokens, pooled features and logits in one pass,
+        and the blocks for reconfiguration.
+    splits : reliacal.datasets.DataSplits
+        ``X_train``/``y_train`` (what the model was trained on),
+        ``X_calibration``/``y_calibration`` (for calibrators) and
+        ``X_test``/``y_test`` (where every reported number is measured).
+    training_config : reliacal.training.TrainingConfig
+        The settings the model was trained with (a starting point for methods
+        that fine-tune it).
+    training_result : reliacal.training.TrainingResult
+        The model's training history.
+    calibration_logits, test_logits : ndarray of shape (n, 10)
+        The model's logits on the calibration and test images.
+    calibration_features, test_features : ndarray of shape (n, D)
+        The pooled pre-logits features of the same pass.
+    random_state : int
+        The demo's seed; seed every method with it.
+    quick : bool
+        True in smoke tests: methods that train should train briefly.
+    fitted : dict
+        Estimators already fitted by earlier rows, so that rows sharing one
+        fit (CalAttn with and without post-hoc TS) train once.
+
+    Examples
+    --------
+    A method reads what it needs from the context:
+
+    >>> def sharpened(context):
+    ...     return softmax(2.0 * context.test_logits)
+    >>> method = DemoMethod("Sharpened", sharpened)
+    """
+
+    model: Any
+    backbone: Any
+    splits: Any
+    training_config: Any
+    training_result: Any
+    calibration_logits: np.ndarray
+    calibration_features: np.ndarray
+    test_logits: np.ndarray
+    test_features: np.ndarray
+    random_state: int
+    quick: bool
+    fitted: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodOutput:
+    """What a demo method returns.
+
+    Attributes
+    ----------
+    probs : ndarray of shape (n_test, n_classes)
+        Calibrated probabilities on the test split.
+    figures : dict of str to matplotlib Figure
+        Extra figures (e.g. a histogram of per-sample temperatures), saved
+        as PNG and shown in the report under the method's name.
+    details : str
+        A short note for the report (e.g. the fitted temperature).
+
+    Examples
+    --------
+    >>> output = MethodOutput(np.full((3, 2), 0.5), details="constant")
+    >>> output.probs.shape, output.figures
+    ((3, 2), {})
+    """
+
+    probs: np.ndarray
+    figures: dict[str, Any] = field(default_factory=dict)
+    details: str = ""
+
+
+@dataclass(frozen=True)
+class DemoMethod:
+    """One row of the demo: a name and a function from the context to test probabilities.
+
+    Attributes
+    ----------
+    name : str
+        Row name in the report (unique).
+    run : callable
+        ``run(context) -> ndarray | MethodOutput``.
+
+    Examples
+    --------
+    >>> [method.name for method in METHODS][:2]
+    ['Uncalibrated', 'TemperatureScaling']
+    """
+
+    name: str
+    run: Callable[[DemoContext], np.ndarray | MethodOutput]
+
+
+def post_hoc(
+    make_estimator: Callable[[DemoContext], Any], *, features: bool = False
+) -> Callable[[DemoContext], MethodOutput]:
+    """Turn a post-hoc calibrator into a demo method.
+
+    The returned function builds the estimator with ``make_estimator(context)``,
+    fits it on the calibration split and returns its probabilities on the
+    test split. Its input is the logits, or with ``features=True`` the pooled
+    features and the logits side by side (``[features, logits]``, the form
+    that ``AdaptiveTS(n_logits=K)`` reads). The report's note shows the
+    fitted ``temperature_`` or, for a search such as ``GridSearchCV``, the
+    ``best_params_``; an estimator with a ``temperature(X)`` method (a
+    temperature per sample) also gets a histogram of its test temperatures.
+
+    Parameters
+    ----------
+    make_estimator : callable
+        ``make_estimator(context)`` returns an unfitted estimator with
+        ``fit(X, y)`` and ``predict_proba(X)``.
+    features : bool, default=False
+        Put the pooled features before the logits in ``X``.
+
+    Returns
+    -------
+    callable
+        A :attr:`DemoMethod.run` function.
+
+    Examples
+    --------
+    >>> from reliacal.calibrators import TemperatureScaling
+    >>> method = DemoMethod("TS", post_hoc(lambda context: TemperatureScaling()))
+    >>> method.name
+    'TS'
+
+    A feature-based method is one line as well, e.g.
+    ``DemoMethod("AdaptiveTS", post_hoc(lambda c: AdaptiveTS(n_logits=10), features=True))``.
+    """
+
+    def inputs(context: DemoContext, split: str) -> np.ndarray:
+        logits = getattr(context, f"{split}_logits")
+        if not features:
+            return logits
+        return np.hstack([getattr(context, f"{split}_features"), logits])
+
+    def run(context: DemoContext) -> MethodOutput:
+        estimator = make_estimator(context)
+        estimator.fit(inputs(context, "calibration"), context.splits.y_calibration)
+        X_test = inputs(context, "test")
+        output = MethodOutput(estimator.predict_proba(X_test))
+        if hasattr(estimator, "temperature_"):
+            output.details = f"T = {float(estimator.temperature_):.3f}"
+        elif hasattr(estimator, "best_params_"):
+            output.details = ", ".join(
+                f"{key} = {value:g}" for key, value in estimator.best_params_.items()
+            )
+        if callable(getattr(estimator, "temperature", None)):
+            temperatures = np.asarray(estimator.temperature(X_test))
+            output.figures["Temperature per test sample"] = _temperature_histogram(temperatures)
+            output.details = (
+                f"T from {temperatures.min():.3g} to {temperatures.max():.3g}, "
+                f"median {np.median(temperatures):.3g}"
+            )
+        return output
+
+    return run
+
+
+def _temperature_histogram(temperatures: np.ndarray):
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(5.0, 3.2), layout="constrained")
+    ax.hist(temperatures, bins=30, color="C0", edgecolor="white")
+    ax.axvline(1.0, color="0.4", ls="--", lw=1, label="T = 1 (unchanged logits)")
+    ax.set_xlabel("temperature T(x)")
+    ax.set_ylabel("test samples")
+    ax.legend(fontsize="small")
+    return figure
+
+
+def _uncalibrated(context: DemoContext) -> np.ndarray:
+    return softmax(context.test_logits)
+
+
+def _tuned(estimator: Any, grid: dict | list) -> Callable[[DemoContext], Any]:
+    """The estimator with its regularisation chosen by 3-fold cross-validated NLL.
+
+    Unregularised vector and matrix scaling overfit a few hundred calibration
+    samples (a class that the calibration logits separate perfectly gets an
+    unbounded weight). A quick run takes the middle of the grid instead of
+    searching it.
+    """
+
+    def make(context: DemoContext) -> Any:
+        if context.quick:
+            candidates = ParameterGrid(grid)
+            return clone(estimator).set_params(**candidates[len(candidates) // 2])
+        return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=3)
+
+    return make
+
+
+# ODIR penalties of Kull et al. (2019), the off-diagonal and bias weights tied.
+_ODIR_GRID = [{"reg_off_diagonal": [value], "reg_bias": [value]} for value in (0.1, 1.0, 10.0)]
+
+
+def _fine_tuned(
+    make_estimator: Callable[[DemoContext], Any], **predict_options: Any
+) -> Callable[[DemoContext], MethodOutput]:
+    """Turn an estimator that trains the network (CalAttn, DIRECTOR) into a demo method.
+
+    The estimator starts from the trained model and learns on the calibration
+    split, the same new data the post-hoc methods get, so the rows compare
+    methods, not data. One fit serves every row that builds the same
+    estimator (CalAttn with and without its post-hoc temperature): the
+    fitted estimator is cached on the context under its parameters.
+    """
+
+    def run(context: DemoContext) -> MethodOutput:
+        estimator = make_estimator(context)
+        key = repr(sorted(estimator.get_params(deep=False).items(), key=lambda item: item[0]))
+        if key not in context.fitted:
+            estimator.fit(context.splits.X_calibration, context.splits.y_calibration)
+            context.fitted[key] = estimator
+        estimator = context.fitted[key]
+        return MethodOutput(estimator.predict_proba(context.splits.X_test, **predict_options))
+
+    return run
+
+
+def _calattn(context: DemoContext) -> Any:
+    from reliacal.finetune import CalAttnFinetuner
+
+    return CalAttnFinetuner(
+        context.model,
+        post_hoc="temperature",
+        max_epochs=2 if context.quick else 30,
+        learning_rate=5e-4,
+        validation_fraction=0.15,
+        selection_metric="nll",
+        random_state=context.random_state,
+    )
+
+
+def _director(context: DemoContext) -> Any:
+    from reliacal.finetune import DiffusionReconfigurer
+
+    return DiffusionReconfigurer(
+        context.model,
+        max_epochs=2 if context.quick else 30,
+        ema_decay=0.98,
+        random_state=context.random_state,
+    )
+
+
+# The demo's rows. Adding a method is one line here.
+METHODS: list[DemoMethod] = [
+    DemoMethod("Uncalibrated", _uncalibrated),
+    DemoMethod("TemperatureScaling", post_hoc(lambda context: TemperatureScaling())),
+    DemoMethod("VectorScaling", post_hoc(_tuned(VectorScaling(), {"reg_bias": [0.1, 1.0, 10.0]}))),
+    DemoMethod("MatrixScaling (ODIR)", post_hoc(_tuned(MatrixScaling(), _ODIR_GRID))),
+    DemoMethod(
+        "AdaptiveTS",
+        post_hoc(lambda c: AdaptiveTS(n_logits=10, random_state=c.random_state), features=True),
+    ),
+    DemoMethod("CalAttn", _fine_tuned(_calattn, post_hoc=False)),
+    DemoMethod("CalAttn + TS", _fine_tuned(_calattn)),
+    DemoMethod("DIRECTOR (10 paths)", _fine_tuned(_director)),
+]
+
+
+@dataclass
+class DemoResult:
+    """What :func:`run_demo` wrote.
+
+    Attributes
+    ----------
+    report : pandas.DataFrame
+        The metric table (one row per method) plus ``seconds`` per method.
+    probabilities : dict of str to ndarray
+        Test probabilities per method.
+    output_dir, report_path, html_path : Path
+        The folder, ``report.md`` and ``report.html``.
+    files : list of Path
+        Every file written.
+
+    Examples
+    --------
+    See :func:`run_demo`.
+    """
+
+    report: Any
+    probabilities: dict[str, np.ndarray]
+    output_dir: Path
+    report_path: Path
+    html_path: Path
+    files: list[Path]
+
+
+def run_demo(
+    output_dir: str | Path = "reliacal-demo",
+    *,
+    quick: bool = False,
+    random_state: int = 0,
+    methods: Sequence[DemoMethod] | None = None,
+    verbose: bool = True,
+    num_threads: int | None = 1,
+) -> DemoResult:
+    """Train the digits ViT, run every method, and write the report folder.
+
+    Parameters
+    ----------
+    output_dir : str or Path, default="reliacal-demo"
+        Folder to write (created; existing files of the same names are replaced).
+    quick : bool, default=False
+        A few epochs only (a smoke test; the model is then poorly trained).
+    random_state : int, default=0
+        Seed of the split, the initialisation and the training.
+    methods : sequence of DemoMethod or None, default=None
+        The rows; ``None`` runs :data:`METHODS`.
+    verbose : bool, default=True
+        Print progress to stderr.
+    num_threads : int or None, default=1
+        Torch intra-op threads while the demo runs (restored afterwards). The
+        demo's models are so small that one thread is about as fast as
+        several on an idle machine, and far faster on a busy one, where
+        threads wait on each other; None keeps torch's setting.
+
+    Returns
+    -------
+    DemoResult
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> result = run_demo(tempfile.mkdtemp(), quick=True, verbose=False, methods=METHODS[:2])
+    >>> list(result.report.index)
+    ['Uncalibrated', 'TemperatureScaling']
+    >>> result.report_path.name, result.html_path.name
+    ('report.md', 'report.html')
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return _run(Path(output_dir), quick, random_state, methods, _progress(verbose))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
+    import torch
+
+    from reliacal.backbones import as_backbone, extract_outputs
+    from reliacal.datasets import (
+        default_digits_training_config,
+        load_digits_images,
+        train_calibration_test_split,
+        train_digits_classifier,
+    )
+
+    methods = list(METHODS if methods is None else methods)
+    slugs = _method_slugs(methods)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    X, y = load_digits_images(image_size=16)
+    splits = train_calibration_test_split(
+        X, y, calibration_size=CALIBRATION_SIZE, test_size=TEST_SIZE, random_state=random_state
+    )
+    config = default_digits_training_config(quick=quick, random_state=random_state)
+    say(
+        f"training a tiny ViT on {len(splits.y_train)} digit images "
+        f"({config.max_epochs} epochs, plain cross-entropy)"
+    )
+    started = time.perf_counter()
+    model, training_result = train_digits_classifier(
+        splits.X_train, splits.y_train, config=config, random_state=random_state
+    )
+    training_seconds = time.perf_counter() - started
+    say(f"trained in {training_seconds:.1f} s")
+
+    backbone = as_backbone(model).eval()
+    calibration_features, calibration_logits, _ = extract_outputs(
+        backbone, splits.X_calibration, device=config.device
+    )
+    test_features, test_logits, _ = extract_outputs(backbone, splits.X_test, device=config.device)
+    context = DemoContext(
+        model=model,
+        backbone=backbone,
+        splits=splits,
+        training_config=config,
+        training_result=training_result,
+        calibration_logits=calibration_logits,
+        calibration_features=calibration_features,
+        test_logits=test_logits,
+        test_features=test_features,
+        random_state=random_state,
+        quick=quick,
+    )
+
+    outputs: dict[str, MethodOutput] = {}
+    seconds: dict[str, float] = {}
+    for method in methods:
+        started = time.perf_counter()
+        with torch.random.fork_rng(devices=[]):  # each method sees the same generator state
+            torch.manual_seed(random_state)
+            output = method.run(context)
+        seconds[method.name] = time.perf_counter() - started
+        outputs[method.name] = output if isinstance(output, MethodOutput) else MethodOutput(output)
+        say(f"{method.name}: {seconds[method.name]:.2f} s")
+
+    probabilities = {name: np.asarray(output.probs) for name, output in outputs.items()}
+    report = calibration_report(splits.y_test, probabilities, labels=np.arange(10))
+    report = report[list(REPORT_COLUMNS)].assign(seconds=list(seconds.values()))
+    report["details"] = [output.details for output in outputs.values()]
+
+    writer = _ReportWriter(output_dir)
+    writer.figures(splits, probabilities, outputs, slugs, training_result)
+    writer.arrays(splits, probabilities, slugs, calibration_logits, test_logits)
+    setup = _setup_lines(splits, config, training_seconds, quick, random_state)
+    report_path, html_path = writer.reports(
+        report, setup, last_key=f"probs_{slugs[methods[-1].name]}"
+    )
+    say(f"wrote {len(writer.files)} files to {output_dir}")
+    return DemoResult(report, probabilities, output_dir, report_path, html_path, writer.files)
+
+
+def _progress(verbose: bool) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        if verbose:
+            print(f"reliacal demo: {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _method_slugs(methods: Sequence[DemoMethod]) -> dict[str, str]:
+    slugs = {}
+    for method in methods:
+        slug = _slug(method.name)
+        if method.name in slugs or slug in slugs.values():
+            raise ValueError(f"demo method names must be distinct, got {method.name!r} twice")
+        slugs[method.name] = slug
+    return slugs
+
+
+def _setup_lines(splits, config, training_seconds, quick, random_state):
+    lines = [
+        "Data: scikit-learn's digits (1,797 8x8 images, upsampled to 16x16), stratified split "
+        f"with seed {random_state}: {len(splits.y_train)} train, "
+        f"{len(splits.y_calibration)} calibration, {len(splits.y_test)} test.",
+        "Model: timm VisionTransformer (4x4 patches, width 64, 4 blocks, 4 heads), random "
+        f"initialisation, plain cross-entropy, {config.optimizer} (learning rate "
+        f"{config.learning_rate:g}, weight decay {config.weight_decay:g}), "
+        f"{config.max_epochs} epochs, last weights kept; trained in {training_seconds:.0f} s.",
+        "Every number below is measured on the test split; calibrators are fitted on the "
+        "calibration split (logits of the trained model).",
+    ]
+    if quick:
+        lines.append("**Quick mode**: a smoke test with very few epochs, not a result.")
+    return lines
+
+
+class _ReportWriter:
+    """Writes the demo's files and remembers them (for the report and the result)."""
+
+    def __init__(self, output_dir: Path):
+        self.output_dir = output_dir
+        self.files: list[Path] = []
+        self.sections: list[tuple[str, list[tuple[str, Path]]]] = []
+
+    def _save_figure(self, figure, name: str) -> Path:
+        import matplotlib.pyplot as plt
+
+        path = self.output_dir / name
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        self.files.append(path)
+        return path
+
+    def figures(self, splits, probabilities, outputs, slugs, training_result) -> None:
+        import matplotlib.pyplot as plt
+
+        from reliacal.plot import plot_reliability_diagrams
+
+        labels = np.arange(10)
+        displays = plot_reliability_diagrams(
+            splits.y_test, probabilities, labels=labels, interval="wilson"
+        )
+        figure = next(iter(displays.values())).figure_
+        diagrams = self._save_figure(figure, "reliability_diagrams.png")
+        self.sections.append(
+            (
+                "Reliability diagrams (test split)",
+                [
+                    (
+                        "One panel per method: accuracy per confidence bin with its 95% "
+                        "Wilson interval, gap to the diagonal in red, samples per bin below.",
+                        diagrams,
+                    ),
+                ],
+            )
+        )
+        for name, output in outputs.items():
+            extra = [
+                (title, self._save_figure(figure, f"{slugs[name]}_{_slug(title)}.png"))
+                for title, figure in output.figures.items()
+            ]
+            if extra:
+                self.sections.append((name, extra))
+
+        figure, ax = plt.subplots(figsize=(6.0, 3.5), layout="constrained")
+        epochs = [row["epoch"] for row in training_result.history]
+        ax.plot(epochs, [row["train_loss"] for row in training_result.history], label="train loss")
+        if "val_loss" in training_result.history[0]:
+            ax.plot(
+                epochs,
+                [row["val_loss"] for row in training_result.history],
+                label="validation loss",
+            )
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("cross-entropy")
+        ax.legend()
+        curve = self._save_figure(figure, "training.png")
+        self.sections.append(("Training of the classifier", [("Loss per epoch.", curve)]))
+
+    def arrays(self, splits, probabilities, slugs, calibration_logits, test_logits) -> None:
+        arrays = {f"probs_{slugs[name]}": probs for name, probs in probabilities.items()}
+        files = {
+            "predictions.npz": {"labels": splits.y_test, **arrays},
+            "calibration_logits.npz": {
+                "logits": calibration_logits,
+                "labels": splits.y_calibration,
+            },
+            "test_logits.npz": {"logits": test_logits, "labels": splits.y_test},
+        }
+        for name, content in files.items():
+            path = self.output_dir / name
+            np.savez_compressed(path, **content)
+            self.files.append(path)
+
+    def reports(self, report, setup: list[str], last_key: str) -> tuple[Path, Path]:
+        table = report.copy()
+        table.index.name = "method"
+        commands = [
+            f"reliacal evaluate predictions.npz --probs-key {last_key} --plot diagram.png",
+            "reliacal calibrate calibration_logits.npz test_logits.npz --method temperature",
+        ]
+        markdown = ["# reliacal demo: calibrating a tiny ViT on the digits", ""]
+        markdown += [f"- {line}" for line in setup] + ["", "## Metrics (test split)", ""]
+        markdown += [_markdown_table(table), "", _COLUMN_NOTE, ""]
+        for title, figures in self.sections:
+            markdown += [f"## {title}", ""]
+            for caption, path in figures:
+                markdown += [f"{caption}", "", f"![{caption}]({path.name})", ""]
+        markdown += ["## Files", ""]
+        markdown += [f"- `{path.name}`" for path in self.files]
+        markdown += [
+            "",
+            "From a shell, inside this folder: evaluate a method's predictions again, or refit "
+            "temperature scaling from the logits:",
+            "",
+            "```",
+        ]
+        markdown += commands + ["```", ""]
+        report_path = self.output_dir / "report.md"
+        report_path.write_text("\n".join(markdown), encoding="utf-8")
+
+        body = ["<h1>reliacal demo: calibrating a tiny ViT on the digits</h1>", "<ul>"]
+        body += [f"<li>{_inline_html(line)}</li>" for line in setup]
+        body += ["</ul>", "<h2>Metrics (test split)</h2>"]
+        body += [table.to_html(float_format=lambda value: f"{value:.4f}", border=0)]
+        body += [f"<p>{html.escape(_COLUMN_NOTE)}</p>"]
+        for title, figures in self.sections:
+            body.append(f"<h2>{html.escape(title)}</h2>")
+            for caption, path in figures:
+                encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+                body.append(
+                    f"<figure><img src='data:image/png;base64,{encoded}' "
+                    f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
+                    "</figcaption></figure>"
+                )
+        body += ["<h2>Reproduce from a shell</h2>", "<pre>"]
+        body += [html.escape(command) for command in commands] + ["</pre>"]
+        html_path = self.output_dir / "report.html"
+        html_path.write_text(_HTML_PAGE.format(body="\n".join(body)), encoding="utf-8")
+        self.files += [report_path, html_path]
+        return report_path, html_path
+
+
+_COLUMN_NOTE = (
+    "ece: top-label ECE with 15 equal-width bins; adaptive_ece: 15 equal-mass bins; "
+    "classwise_ece: mean over classes; smooth_ece: kernel-smoothed ECE; nll: negative "
+    "log-likelihood; brier: multiclass Brier score (range 0..2); overconfidence: mean "
+    "confidence minus accuracy; seconds: time to fit and predict."
+)
+
+_HTML_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>reliacal demo</title>
+<style>
+body {{ font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; }}
+table {{ border-collapse: collapse; }}
+th, td {{ padding: 0.3em 0.8em; text-align: right; border-bottom: 1px solid #ddd; }}
+img {{ max-width: 100%; }}
+figcaption {{ color: #555; font-size: 0.9em; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unnamed"
+
+
+def _inline_html(text: str) -> str:
+    escaped = html.escape(text)
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
+
+
+def _markdown_table(frame) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float | np.floating):
+            return f"{value:.4f}"
+        return str(value).replace("|", "\\|")
+
+    header = [frame.index.name or ""] + [str(column) for column in frame.columns]
+    rows = [[str(index)] + [cell(value) for value in row] for index, row in frame.iterrows()]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

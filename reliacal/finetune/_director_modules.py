@@ -1,0 +1,616 @@
+"""The student network of DIRECTOR: the shared reverse step and its parts.
+
+These modules know nothing of the teacher's library; ``director.py`` wires them
+to a backbone adapter. Shapes: tokens ``h`` are ``(B, N, D)``; step indices
+``t`` are ``(B,)`` integers (one per row, so teacher-forced steps of several
+depths can share one batch); masks are boolean ``(B, N)`` with ``True`` for
+real tokens.
+
+Reference: Dao et al., "Diffusion-Inspired Reconfiguration of Transformers for
+Uncertainty Calibration", arXiv 2602.08920; the block follows DiT (Peebles and
+Xie, ICCV 2023), adaptive LayerNorm with zero-initialised modulation.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+STEP_FREQUENCY_DIM = 256
+STEP_MAX_PERIOD = 1e4
+SIGMA_FLOOR = 1e-6
+
+
+def sinusoidal_step_embedding(
+    steps: Tensor, dim: int = STEP_FREQUENCY_DIM, max_period: float = STEP_MAX_PERIOD
+) -> Tensor:
+    """Sinusoidal features of integer step indices, as in transformer positions.
+
+    ``emb[:, i] = cos(t * f_i)`` and ``emb[:, half + i] = sin(t * f_i)`` with
+    ``f_i = max_period ** (-i / half)``, ``half = dim // 2`` (Vaswani et al.,
+    2017; the DiT timestep embedding).
+
+    Parameters
+    ----------
+    steps : Tensor of shape (B,)
+        Step indices (any numeric dtype).
+    dim : int, default=256
+        Output width; must be even.
+    max_period : float, default=1e4
+        Longest period of the features.
+
+    Returns
+    -------
+    Tensor of shape (B, dim), float32.
+
+    Examples
+    --------
+    >>> emb = sinusoidal_step_embedding(torch.tensor([0, 3]), dim=4)
+    >>> emb[0].tolist()
+    [1.0, 1.0, 0.0, 0.0]
+    """
+    if dim % 2:
+        raise ValueError(f"dim must be even, got {dim}")
+    half = dim // 2
+    exponents = torch.arange(half, dtype=torch.float32, device=steps.device) / half
+    frequencies = torch.exp(-math.log(max_period) * exponents)
+    angles = steps.float()[:, None] * frequencies[None, :]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+class StepEmbedding(nn.Module):
+    """Step index -> conditioning vector: sinusoidal(256) -> Linear -> SiLU -> Linear.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D`` of the transition network.
+
+    Examples
+    --------
+    >>> StepEmbedding(8)(torch.tensor([1, 2, 3])).shape
+    torch.Size([3, 8])
+    """
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(STEP_FREQUENCY_DIM, width), nn.SiLU(), nn.Linear(width, width)
+        )
+
+    def forward(self, steps: Tensor) -> Tensor:
+        return self.mlp(sinusoidal_step_embedding(steps).to(self.mlp[0].weight.dtype))
+
+
+class AdaLNBlock(nn.Module):
+    """A DiT block: self-attention and MLP halves under adaptive LayerNorm.
+
+    For each half, ``x = LN(h) * (1 + scale) + shift`` (LayerNorm without
+    affine parameters) and ``h <- h + gate * F(x)``; ``shift, scale, gate`` of
+    both halves come from the conditioning vector through
+    ``SiLU -> Linear(D, 6 D)``. That Linear starts at zero, so every gate is 0
+    and the block is the identity map at initialisation.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D``.
+    num_heads : int
+        Attention heads; must divide ``width``.
+    mlp_ratio : float, default=4.0
+        Hidden width of the MLP half, as a multiple of ``width``.
+
+    Examples
+    --------
+    >>> block = AdaLNBlock(8, num_heads=2)
+    >>> h = torch.randn(2, 5, 8)
+    >>> torch.equal(block(h, torch.randn(2, 8)), h)
+    True
+    """
+
+    def __init__(self, width: int, num_heads: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        if width % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide the width {width}")
+        self.num_heads = num_heads
+        hidden = int(round(width * mlp_ratio))
+        self.norm1 = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, width)
+        )
+        self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 6 * width))
+        nn.init.zeros_(self.modulation[1].weight)
+        nn.init.zeros_(self.modulation[1].bias)
+
+    def _attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        batch, tokens, width = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, width // self.num_heads)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4)
+        attn_mask = None if mask is None else mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask)
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, width))
+
+    def forward(self, h: Tensor, condition: Tensor, mask: Tensor | None = None) -> Tensor:
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = (
+            self.modulation(condition).unsqueeze(1).chunk(6, dim=-1)
+        )
+        h = h + gate_a * self._attend(self.norm1(h) * (1 + scale_a) + shift_a, mask)
+        return h + gate_m * self.mlp(self.norm2(h) * (1 + scale_m) + shift_m)
+
+
+class TransitionNetwork(nn.Module):
+    """The shared, step-conditioned network ``g = Net(h_{t-1}, t)``.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D``.
+    depth : int, default=1
+        Number of :class:`AdaLNBlock` in sequence.
+    num_heads : int, default=1
+        Attention heads per block.
+
+    Examples
+    --------
+    >>> net = TransitionNetwork(8, depth=2, num_heads=2)
+    >>> h = torch.randn(3, 4, 8)
+    >>> torch.equal(net(h, torch.tensor([1, 2, 3])), h)  # identity at initialisation
+    True
+    """
+
+    def __init__(self, width: int, depth: int = 1, num_heads: int = 1):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self.step_embedding = StepEmbedding(width)
+        self.blocks = nn.ModuleList(AdaLNBlock(width, num_heads) for _ in range(depth))
+
+    def forward(self, h: Tensor, steps: Tensor, mask: Tensor | None = None) -> Tensor:
+        condition = self.step_embedding(steps)
+        for block in self.blocks:
+            h = block(h, condition, mask)
+        return h
+
+
+def _projection_head(width: int, dropout: float) -> nn.Sequential:
+    linear = nn.Linear(width, width)
+    # Zero start: the head's output is exactly GELU(0) = 0, so the step begins
+    # as the transition network alone (the identity), yet gradients reach the
+    # weights because GELU'(0) = 1/2.
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    layers = [nn.LayerNorm(width), linear, nn.GELU()]
+    if dropout:
+        layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+class MeanHead(nn.Module):
+    """Step mean ``mu = g + Dropout(GELU(Linear(LN(g))))``; starts as ``mu = g``.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D``.
+    dropout : float, default=0.1
+        Dropout after the GELU (active in training mode only).
+
+    Examples
+    --------
+    >>> g = torch.randn(2, 3, 8)
+    >>> torch.equal(MeanHead(8)(g), g)
+    True
+    """
+
+    def __init__(self, width: int, dropout: float = 0.1):
+        super().__init__()
+        self.residual = _projection_head(width, dropout)
+
+    def forward(self, g: Tensor) -> Tensor:
+        return g + self.residual(g)
+
+
+def inverse_softplus(value: float) -> float:
+    """``x`` with ``softplus(x) = log(1 + exp(x)) = value`` (``value > 0``).
+
+    Examples
+    --------
+    >>> round(float(F.softplus(torch.tensor(inverse_softplus(0.01)))), 6)
+    0.01
+    """
+    if value <= 0:
+        raise ValueError(f"softplus only reaches positive values, got {value}")
+    return value + math.log(-math.expm1(-value))
+
+
+class NoiseHead(nn.Module):
+    """Step noise level ``sigma = softplus(GELU(Linear(LN(g))) + b) + 1e-6``.
+
+    GELU is bounded below by about -0.17, so ``softplus`` of it alone could not
+    go below 0.61; the learned per-channel offset ``b`` (started at
+    ``softplus^{-1}(noise_init - 1e-6)``, with the Linear at zero) lets
+    ``sigma`` start at exactly ``noise_init`` and go lower or higher in training.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D``.
+    noise_init : float, default=1e-2
+        ``sigma`` at initialisation; must exceed 1e-6.
+
+    Examples
+    --------
+    >>> sigma = NoiseHead(8, noise_init=0.05)(torch.randn(2, 3, 8))
+    >>> bool(torch.allclose(sigma, torch.full_like(sigma, 0.05)))
+    True
+    """
+
+    def __init__(self, width: int, noise_init: float = 1e-2):
+        super().__init__()
+        if not noise_init > SIGMA_FLOOR:
+            raise ValueError(f"noise_init must be greater than {SIGMA_FLOOR}, got {noise_init}")
+        self.projection = _projection_head(width, dropout=0.0)
+        self.offset = nn.Parameter(torch.full((width,), inverse_softplus(noise_init - SIGMA_FLOOR)))
+
+    def forward(self, g: Tensor) -> Tensor:
+        return F.softplus(self.projection(g) + self.offset) + SIGMA_FLOOR
+
+
+class ReverseStep(nn.Module):
+    """One reverse step: ``g = Net(h, t)``, returns ``(mu(g), sigma(g))``.
+
+    The sampled next state is ``h_t = mu + sigma * eps`` with ``eps ~ N(0, I)``.
+    The same module (the same weights) serves every step ``t``.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D``.
+    depth : int, default=1
+        Adaptive-LayerNorm blocks in the transition network.
+    num_heads : int, default=1
+        Attention heads per block.
+    noise_init : float, default=1e-2
+        Initial noise level.
+
+    Examples
+    --------
+    >>> step = ReverseStep(8, num_heads=2, noise_init=0.1)
+    >>> h = torch.randn(2, 3, 8)
+    >>> with torch.no_grad():
+    ...     mu, sigma = step(h, torch.tensor([1, 1]))
+    >>> torch.equal(mu, h), round(sigma.mean().item(), 4)
+    (True, 0.1)
+    """
+
+    def __init__(self, width: int, depth: int = 1, num_heads: int = 1, noise_init: float = 1e-2):
+        super().__init__()
+        self.transition = TransitionNetwork(width, depth=depth, num_heads=num_heads)
+        self.mean_head = MeanHead(width)
+        self.noise_head = NoiseHead(width, noise_init=noise_init)
+
+    def forward(
+        self, h: Tensor, steps: Tensor, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        g = self.transition(h, steps, mask)
+        return self.mean_head(g), self.noise_head(g)
+
+
+class ResidualMLP(nn.Module):
+    """Token-wise ``h + Linear(GELU(Linear(LN(h))))``; starts as the identity.
+
+    The second Linear starts at zero so that, at initialisation, the student's
+    read-out equals the teacher's final norm, pooling and classifier.
+
+    Parameters
+    ----------
+    width : int
+        Token width ``D`` (also the hidden width).
+
+    Examples
+    --------
+    >>> h = torch.randn(2, 3, 8)
+    >>> torch.equal(ResidualMLP(8)(h), h)
+    True
+    """
+
+    def __init__(self, width: int):
+        super().__init__()
+        out = nn.Linear(width, width)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+        self.residual = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(), out)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return h + self.residual(h)
+
+
+def key_padding_mask(context: object) -> Tensor | None:
+    """Boolean ``(B, N)`` mask of the keys a block may attend to, from an adapter context.
+
+    Adapters pass the teacher's blocks an opaque ``context`` (None for images;
+    for text, the attention mask in the form the blocks expect). The student's
+    own attention needs only which tokens are real: a boolean ``(B, 1, Q, N)``
+    mask (``True`` = attend), an additive float ``(B, 1, Q, N)`` mask (0 =
+    attend) or a ``(B, N)`` 0/1 mask. Encoder masks are the same for every
+    query row, so the first row is read.
+
+    Examples
+    --------
+    >>> mask = torch.tensor([[1, 1, 0]]).bool()[:, None, None, :]
+    >>> key_padding_mask(mask).tolist()
+    [[True, True, False]]
+    >>> key_padding_mask(None) is None
+    True
+    """
+    if context is None:
+        return None
+    if isinstance(context, Tensor):
+        if context.ndim == 4:
+            row = context[:, 0, 0, :]
+            return row if row.dtype == torch.bool else row == 0
+        if context.ndim == 2:
+            return context.bool()
+    raise ValueError(
+        "cannot read a key mask from the adapter's block context of type "
+        f"{type(context).__name__}{getattr(context, 'shape', '')}: expected None, a (B, N) "
+        "mask or a (B, 1, Q, N) boolean or additive mask"
+    )
+
+
+def teacher_num_heads(block: nn.Module, width: int) -> int:
+    """The attention head count of a teacher block (timm or transformers); 1 if unknown.
+
+    Examples
+    --------
+    >>> teacher_num_heads(nn.MultiheadAttention(8, num_heads=2), 8)
+    2
+    >>> teacher_num_heads(nn.Linear(8, 8), 8)
+    1
+    """
+    for module in block.modules():
+        for name in ("num_heads", "num_attention_heads"):
+            heads = getattr(module, name, None)
+            if isinstance(heads, int) and heads > 0 and width % heads == 0:
+                return heads
+    config = getattr(block, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if isinstance(heads, int) and heads > 0 and width % heads == 0:
+        return heads
+    return 1
+
+
+def _probe_readout_parameters(backbone: nn.Module, width: int) -> set[int]:
+    """Ids of the parameters that ``finish`` and ``classify`` use.
+
+    They are found by one backward pass on a dummy token sequence, so no
+    family-specific knowledge of where the final norm, pooler and classifier
+    live is needed.
+    """
+    was_training = backbone.training
+    backbone.eval()
+    reference = next(backbone.parameters())
+    tokens = torch.randn(
+        2, backbone.num_prefix_tokens + 2, width, generator=torch.Generator().manual_seed(0)
+    ).to(device=reference.device, dtype=reference.dtype)
+    flags = {id(p): p.requires_grad for p in backbone.parameters()}
+    for parameter in backbone.parameters():
+        parameter.requires_grad_(True)
+        parameter.grad = None
+    with torch.enable_grad():
+        backbone.classify(backbone.finish(tokens, None)).sum().backward()
+    used = {id(p) for p in backbone.parameters() if p.grad is not None}
+    for parameter in backbone.parameters():
+        parameter.grad = None
+        parameter.requires_grad_(flags[id(parameter)])
+    backbone.train(was_training)
+    return used
+
+
+class DirectorStudent(nn.Module):
+    """The reconfigured network: embedding, shared reverse step, read-out.
+
+    ``backbone`` is a copy of the teacher's adapter that shares the teacher's
+    first ``L - k`` blocks (frozen) and holds no later block (they are
+    replaced by ``nn.Identity`` and never called). Its embedding, final norm,
+    pooling and classifier are its own copies, initialised from the teacher's.
+    With ``k == L`` the embedding trains; with ``k < L`` it stays frozen, as
+    do the shared front blocks. States are the plain block boundaries:
+    ``h_t`` is the output of teacher block ``t``.
+
+    Built by :func:`build_student`; see ``DiffusionReconfigurer`` for use.
+    """
+
+    def __init__(self, backbone: nn.Module, step: ReverseStep, depth: int, n_reconfigured: int):
+        super().__init__()
+        self.backbone = backbone
+        self.step = step
+        self.readout_mlp = ResidualMLP(step.noise_head.offset.numel())
+        self.depth = depth
+        self.n_reconfigured = n_reconfigured
+
+    @property
+    def first_step(self) -> int:
+        """Index ``t`` of the first reconfigured step (steps run ``first_step..depth``)."""
+        return self.depth - self.n_reconfigured + 1
+
+    def start(self, x: object) -> tuple[Tensor, object]:
+        """Return ``(h_{L-k}, context)``: the embedding followed by the frozen front blocks."""
+        h, context = self.backbone.embed(x)
+        for index in range(self.depth - self.n_reconfigured):
+            h = self.backbone.apply_block(index, h, context)
+        return h, context
+
+    def rollout(
+        self, h: Tensor, mask: Tensor | None, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Sample ``h_t = mu(h_{t-1}, t) + sigma(h_{t-1}, t) * eps`` for the reconfigured steps."""
+        for t in range(self.first_step, self.depth + 1):
+            steps = torch.full((h.shape[0],), t, device=h.device)
+            mu, sigma = self.step(h, steps, mask)
+            if generator is None:
+                noise = torch.randn_like(mu)
+            else:
+                noise = torch.randn(mu.shape, generator=generator, device=mu.device).to(mu.dtype)
+            h = mu + sigma * noise
+        return h
+
+    def readout(self, h: Tensor, context: object) -> Tensor:
+        """Logits ``(B, K)`` from the last state: residual MLP, final norm, pooling, classifier."""
+        return self.backbone.classify(self.backbone.finish(self.readout_mlp(h), context))
+
+    def sample_logits(
+        self, x: object, n_samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Logits of ``n_samples`` sampled paths per input, shape ``(n_samples, B, K)``.
+
+        The embedding and frozen front run once; the paths run as one batch.
+        """
+        h, context = self.start(x)
+        return self.sample_from_state(h, context, n_samples, generator)
+
+    def sample_from_state(
+        self,
+        h: Tensor,
+        context: object,
+        n_samples: int,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """:meth:`sample_logits` from a given start state ``h_{L-k}``."""
+        batch = h.shape[0]
+        mask = key_padding_mask(context)
+        h = h.repeat(n_samples, *([1] * (h.ndim - 1)))
+        if mask is not None:
+            mask = mask.repeat(n_samples, 1)
+        if isinstance(context, Tensor):
+            context = context.repeat(n_samples, *([1] * (context.ndim - 1)))
+        logits = self.readout(self.rollout(h, mask, generator), context)
+        return logits.reshape(n_samples, batch, -1)
+
+
+def build_student(
+    teacher: nn.Module, *, n_reconfigured: int, depth: int = 1, noise_init: float = 1e-2
+) -> DirectorStudent:
+    """Build a :class:`DirectorStudent` for a frozen teacher adapter.
+
+    Parameters
+    ----------
+    teacher : BackboneAdapter
+        Supports reconfiguration; its parameters should already be frozen.
+    n_reconfigured : int
+        ``k``, the number of last teacher blocks the shared step replaces.
+    depth : int, default=1
+        Adaptive-LayerNorm blocks in the transition network.
+    noise_init : float, default=1e-2
+        Initial noise level of every step.
+
+    Returns
+    -------
+    DirectorStudent
+    """
+    blocks = teacher.blocks
+    n_frozen = len(blocks) - n_reconfigured
+    # deepcopy's memo decides what is copied: the front blocks are shared (not
+    # duplicated) and the replaced blocks become placeholders, so only the
+    # embedding and read-out parts of the teacher are copied.
+    memo: dict[int, object] = {id(block): block for block in blocks[:n_frozen]}
+    memo.update({id(block): nn.Identity() for block in blocks[n_frozen:]})
+    backbone = copy.deepcopy(teacher, memo)
+    shared = {id(p) for block in blocks[:n_frozen] for p in block.parameters()}
+    readout = _probe_readout_parameters(backbone, teacher.num_features)
+    for parameter in backbone.parameters():
+        if id(parameter) in shared:
+            parameter.requires_grad_(False)
+        else:
+            # Without front blocks to feed, the embedding is the start of the path
+            # and trains; behind frozen blocks it must stay the teacher's.
+            parameter.requires_grad_(id(parameter) in readout or n_frozen == 0)
+    width = teacher.num_features
+    step = ReverseStep(
+        width,
+        depth=depth,
+        num_heads=teacher_num_heads(blocks[0], width),
+        noise_init=noise_init,
+    )
+    return DirectorStudent(backbone, step, depth=len(blocks), n_reconfigured=n_reconfigured)
+
+
+class DirectorTrainingModule(nn.Module):
+    """Frozen teacher and trainable student together, for the shared training loop.
+
+    ``forward(x)`` returns ``(logits, mean_error, noise_error)``, each with one
+    row per sample, so that the loss can be computed from the outputs alone
+    (as DDP requires):
+
+    - ``mean_error[b] = mean_t ||mu(h^q_{t-1}, t) - h^q_t||^2 / (N D)`` over the
+      reconfigured steps, teacher-forced on the teacher's recorded states
+      (padding tokens excluded);
+    - ``noise_error[b] = mean_t ||sigma(h^q_{t-1}, t) - sigma^q_t||^2 / (N D)``
+      with ``sigma^q = 0`` (a softmax-attention teacher is deterministic);
+    - ``logits``: in training mode from one path sampled by the student's own
+      rollout (reparameterised, so the cross-entropy trains the noise head);
+      in evaluation mode ``log`` of the mean of ``n_eval_samples`` sampled
+      softmaxes, the quantity ``predict_proba`` reports.
+
+    The teacher stays in evaluation mode whatever ``train()`` is asked.
+    """
+
+    def __init__(self, teacher: nn.Module, student: DirectorStudent, n_eval_samples: int = 1):
+        super().__init__()
+        self.teacher = teacher
+        self.student = student
+        self.n_eval_samples = n_eval_samples
+
+    def train(self, mode: bool = True) -> DirectorTrainingModule:
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def forward(self, x: object) -> tuple[Tensor, Tensor, Tensor]:
+        student = self.student
+        n_frozen = student.depth - student.n_reconfigured
+        with torch.no_grad():
+            h, context = self.teacher.embed(x)
+            for index in range(n_frozen):
+                h = self.teacher.apply_block(index, h, context)
+            states = [h]
+            for index in range(n_frozen, student.depth):
+                states.append(self.teacher.apply_block(index, states[-1], context))
+        mask = key_padding_mask(context)
+        batch, k = states[0].shape[0], student.n_reconfigured
+        previous = torch.cat(states[:-1])
+        steps = torch.arange(student.first_step, student.depth + 1, device=previous.device)
+        mu, sigma = student.step(
+            previous, steps.repeat_interleave(batch), None if mask is None else mask.repeat(k, 1)
+        )
+        target = torch.cat(states[1:])
+        weights = torch.ones(previous.shape[:2], device=previous.device, dtype=mu.dtype)
+        if mask is not None:
+            weights = mask.repeat(k, 1).to(mu.dtype)
+        per_token = weights / weights.sum(dim=1, keepdim=True) / mu.shape[-1]
+
+        def per_sample(squared: Tensor) -> Tensor:
+            error = (squared.float().sum(dim=-1) * per_token.float()).sum(dim=1)
+            return error.reshape(k, batch).mean(dim=0)
+
+        mean_error = per_sample((mu - target) ** 2)
+        noise_error = per_sample(sigma**2)
+
+        if n_frozen:
+            start, start_context = states[0], context
+        else:
+            start, start_context = student.backbone.embed(x)
+        if self.training:
+            logits = student.sample_from_state(start, start_context, 1)[0]
+        else:
+            sampled = student.sample_from_state(start, start_context, self.n_eval_samples)
+            log_probs = torch.log_softmax(sampled.float(), dim=-1)
+            logits = torch.logsumexp(log_probs, dim=0) - math.log(self.n_eval_samples)
+        return logits, mean_error, noise_error

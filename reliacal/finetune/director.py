@@ -1,0 +1,517 @@
+"""DIRECTOR: a pre-trained transformer recast as a stochastic, diffusion-like path.
+
+Dao, Pham, Nguyen, Truong, Low and Hoang, "Diffusion-Inspired Reconfiguration
+of Transformers for Uncertainty Calibration", arXiv 2602.08920. The network
+modules live in :mod:`reliacal.finetune._director_modules`; this module holds
+the scikit-learn estimator.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+from torch.utils.data import DataLoader, Dataset
+
+from reliacal._data import as_dataset, dataset_labels, make_loader
+from reliacal._device import resolve_device, to_device
+from reliacal.backbones import as_backbone
+from reliacal.calibrators import ClassLabelMixin
+from reliacal.finetune._director_modules import (
+    SIGMA_FLOOR,
+    DirectorTrainingModule,
+    build_student,
+)
+from reliacal.training import TrainingConfig, fit_module
+
+__all__ = ["DiffusionReconfigurer"]
+
+_COMPONENTS = ("mean_matching", "noise_matching", "cross_entropy")
+
+
+class _DirectorLoss:
+    """``lam_mean * mean_matching + lam_var * noise_matching + lam_ce * CE``.
+
+    It also sums each term, detached, per phase (training steps run with
+    gradients enabled, validation under ``no_grad``), so that the estimator
+    can report per-epoch component histories.
+    """
+
+    def __init__(self, lambda_mean: float, lambda_var: float, lambda_ce: float):
+        self.weights = (lambda_mean, lambda_var, lambda_ce)
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums: dict[str, dict[str, Any]] = {
+            phase: dict.fromkeys(_COMPONENTS, 0.0) for phase in ("train", "val")
+        }
+        self.counts = {"train": 0, "val": 0}
+
+    def __call__(self, outputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
+        logits, mean_error, noise_error = outputs
+        terms = (mean_error.mean(), noise_error.mean(), F.cross_entropy(logits.float(), y))
+        phase = "train" if torch.is_grad_enabled() else "val"
+        n = int(y.shape[0])
+        for name, term in zip(_COMPONENTS, terms):
+            # Kept as tensors: reading them every step would synchronise a GPU.
+            self.sums[phase][name] = self.sums[phase][name] + term.detach().double() * n
+        self.counts[phase] += n
+        return sum(weight * term for weight, term in zip(self.weights, terms))
+
+    def epoch_means(self) -> dict[str, float]:
+        means = {
+            f"{phase}_{name}": float(total) / self.counts[phase]
+            for phase, totals in self.sums.items()
+            if self.counts[phase]
+            for name, total in totals.items()
+        }
+        self.reset()
+        return means
+
+
+def _record_components(history: list[dict], loss: _DirectorLoss, epoch: int, logs: dict) -> None:
+    history.append({**logs, **loss.epoch_means()})
+
+
+def _first(outputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return outputs[0]
+
+
+class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+    """DIRECTOR: distil a transformer's block stack into a sampled reverse-diffusion path.
+
+    The L blocks of a pre-trained transformer (the frozen *teacher*) are read
+    as L steps of a path from the input embedding ``h_0`` to the final
+    features ``h_L``; here the states are the plain block boundaries,
+    ``h_t`` = output of block ``t``. A *student* replaces the last ``k``
+    blocks by ``k`` applications of ONE shared, step-conditioned transition
+    network ``g = Net(h_{t-1}, t)`` (``depth`` DiT blocks with adaptive
+    LayerNorm, zero-initialised modulation, sinusoidal step embedding),
+    followed by a mean and a noise head::
+
+        h_t = mu(h_{t-1}, t) + sigma(h_{t-1}, t) * eps,   eps ~ N(0, I)
+        mu = g + MeanHead(g),   sigma = softplus(NoiseHead(g)) + 1e-6
+
+    then a residual MLP and the teacher's final norm, pooling (the class token
+    for ViT/BERT) and classifier, copied from the teacher as initialisation.
+    With ``reconfigure="all"`` the student has its own trainable copy of the
+    teacher's embedding; with ``reconfigure=k`` the embedding and the first
+    ``L - k`` blocks are the teacher's, frozen and shared.
+
+    Training minimises (through :func:`reliacal.training.fit_module`)::
+
+        lambda_mean * mean_t MSE(mu(h^q_{t-1}, t), h^q_t)
+        + lambda_var * mean_t MSE(sigma(h^q_{t-1}, t), sigma^q_t)
+        + lambda_ce * CE(classifier(h_L sampled by the student's own rollout), y)
+
+    where ``h^q`` are the teacher's recorded states (teacher forcing, under
+    ``no_grad``) and ``sigma^q = 0`` (a softmax-attention teacher is
+    deterministic, so ``lambda_var`` only pulls the noise towards zero; keep it
+    0). The cross-entropy flows through the reparameterised noise, which is what
+    trains the noise head. Validation and the returned weights use the EMA of
+    the student; the validation logits are ``log`` of the mean of
+    ``n_samples`` sampled softmaxes.
+
+    Prediction averages ``n_samples`` sampled softmaxes:
+    ``p(y|x) = (1/S) sum_s softmax(z_s)``; ``n_samples=1`` is the paper's
+    single-path protocol. :meth:`uncertainty` gives the per-input spread.
+
+    Parameters
+    ----------
+    backbone : model or BackboneAdapter
+        The pre-trained teacher: a timm ViT/DeiT, a transformers
+        ``ViTForImageClassification`` or BERT-style ``*ForSequenceClassification``
+        (anything :func:`reliacal.backbones.as_backbone` wraps with
+        reconfiguration support). It is never modified: ``fit`` works on a copy.
+    depth : int, default=1
+        DiT blocks in the shared transition network (1 for small teachers,
+        about 4 at ViT-B scale).
+    reconfigure : "all" or int, default="all"
+        Replace all blocks, or only the last ``k`` (``1 <= k <= L``).
+    lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
+        Weights of mean matching, noise matching and cross-entropy (the
+        authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text).
+    n_samples : int, default=10
+        Sampled paths averaged by :meth:`predict_proba` (and in validation).
+    ema_decay : float or None, default=0.995
+        Decay of the per-step EMA of the student's weights (None: no EMA).
+    noise_init : float, default=1e-2
+        The noise level ``sigma`` of every step at initialisation.
+    max_epochs : int, default=30
+    batch_size : int, default=64
+    learning_rate : float, default=1e-3
+        Peak AdamW learning rate (warm-up, then cosine decay).
+    weight_decay : float, default=5e-5
+    warmup_epochs : float, default=2.0
+    validation_fraction : float, default=0.1
+        Fraction of the training data held out for checkpoint selection.
+    selection_metric : {"nll", "accuracy", "ece", "loss"}, default="nll"
+        The kept checkpoint is the best on validation by this score. The
+        authors keep the best validation accuracy; on a small validation split
+        accuracy ties often and keeps an early epoch, while the NLL of the
+        averaged probabilities separates epochs finely and rewards calibration.
+    n_iter_no_change : int or None, default=None
+        Early-stopping patience in epochs.
+    mixed_precision : bool or {"auto", "bf16", "fp16"}, default="auto"
+        Autocast in training on CUDA (prediction runs in float32).
+    checkpoint_dir : str or None, default=None
+        Checkpoint every epoch there; a new ``fit`` resumes from it.
+    device : str, default="auto"
+        CUDA when available, else the CPU.
+    random_state : int or None, default=None
+        Seeds the student's initialisation, training, and the noise of every
+        prediction call (each call then draws the same paths).
+    verbose : int, default=0
+        Progress bars (1: epochs, 2: also batches).
+    classes : array-like of shape (K,) or None, default=None
+        Labels of the teacher's K output columns, in column order; None means
+        the labels are the column indices ``0..K-1``. A ``Dataset`` or
+        ``DataLoader`` must yield column indices (``classes`` then names them).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (K,)
+    model_ : DirectorStudent
+        The trained student (on the CPU after ``fit``).
+    n_blocks_ : int
+        The teacher's depth L (the path length).
+    n_reconfigured_ : int
+        ``k``, the number of blocks replaced by the shared step.
+    n_parameters_ : int
+        Parameters of the student, frozen shared blocks included.
+    teacher_n_parameters_ : int
+        Parameters of the teacher.
+    history_ : list of dict
+        Per epoch: the training loop's entries (``train_loss``, ``val_ece``, ...)
+        and the loss components ``train_mean_matching``,
+        ``train_noise_matching``, ``train_cross_entropy`` (and ``val_*``).
+    best_epoch_ : int
+        Epoch (from 1) of the kept weights.
+
+    References
+    ----------
+    Dao et al., "Diffusion-Inspired Reconfiguration of Transformers for
+    Uncertainty Calibration", arXiv 2602.08920. Peebles and Xie, "Scalable
+    Diffusion Models with Transformers", ICCV 2023 (the adaptive-LayerNorm block).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.datasets import load_digits_images, make_tiny_vit
+    >>> X, y = load_digits_images()
+    >>> teacher = make_tiny_vit(embed_dim=16, depth=2, num_heads=2, random_state=0)
+    >>> director = DiffusionReconfigurer(teacher, max_epochs=1, n_samples=4,
+    ...                                  device="cpu", random_state=0)
+    >>> director = director.fit(X[:64], y[:64])
+    >>> proba = director.predict_proba(X[:5])
+    >>> proba.shape, bool(np.allclose(proba.sum(axis=1), 1.0))
+    ((5, 10), True)
+    >>> list(director.uncertainty(X[:5]).columns)
+    ['predictive_entropy', 'expected_entropy', 'mutual_information']
+    """
+
+    def __init__(
+        self,
+        backbone: Any = None,
+        *,
+        depth: int = 1,
+        reconfigure: str | int = "all",
+        lambda_mean: float = 0.5,
+        lambda_var: float = 0.0,
+        lambda_ce: float = 0.5,
+        n_samples: int = 10,
+        ema_decay: float | None = 0.995,
+        noise_init: float = 1e-2,
+        max_epochs: int = 30,
+        batch_size: int = 64,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 5e-5,
+        warmup_epochs: float = 2.0,
+        validation_fraction: float = 0.1,
+        selection_metric: str = "nll",
+        n_iter_no_change: int | None = None,
+        mixed_precision: bool | str = "auto",
+        checkpoint_dir: str | None = None,
+        device: str = "auto",
+        random_state: int | None = None,
+        verbose: int = 0,
+        classes: Any = None,
+    ):
+        self.backbone = backbone
+        self.depth = depth
+        self.reconfigure = reconfigure
+        self.lambda_mean = lambda_mean
+        self.lambda_var = lambda_var
+        self.lambda_ce = lambda_ce
+        self.n_samples = n_samples
+        self.ema_decay = ema_decay
+        self.noise_init = noise_init
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.warmup_epochs = warmup_epochs
+        self.validation_fraction = validation_fraction
+        self.selection_metric = selection_metric
+        self.n_iter_no_change = n_iter_no_change
+        self.mixed_precision = mixed_precision
+        self.checkpoint_dir = checkpoint_dir
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+        self.classes = classes
+
+    # Validation ------------------------------------------------------------------------------
+
+    def _check_parameters(self) -> None:
+        if self.backbone is None:
+            raise ValueError(
+                "backbone is required: pass the pre-trained transformer to reconfigure"
+            )
+        _check_positive_int("depth", self.depth)
+        _check_positive_int("n_samples", self.n_samples)
+        if not (isinstance(self.reconfigure, str) and self.reconfigure == "all"):
+            _check_positive_int("reconfigure", self.reconfigure, extra=' or "all"')
+        weights = {
+            "lambda_mean": self.lambda_mean,
+            "lambda_var": self.lambda_var,
+            "lambda_ce": self.lambda_ce,
+        }
+        for name, value in weights.items():
+            if isinstance(value, bool) or not (
+                isinstance(value, int | float) and math.isfinite(value) and value >= 0
+            ):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not any(weights.values()):
+            raise ValueError("at least one of lambda_mean, lambda_var, lambda_ce must be > 0")
+        if not (isinstance(self.noise_init, int | float) and self.noise_init > SIGMA_FLOOR):
+            raise ValueError(
+                f"noise_init must be a number > {SIGMA_FLOOR}, got {self.noise_init!r}"
+            )
+
+    def _n_samples(self, n_samples: int | None) -> int:
+        if n_samples is None:
+            return int(self.n_samples)
+        _check_positive_int("n_samples", n_samples)
+        return int(n_samples)
+
+    def _fit_dataset_labels(self, dataset: Any, n_classes: int) -> None:
+        """Check that a Dataset's labels are column indices and set ``classes_``."""
+        labels = dataset_labels(dataset, batch_size=int(self.batch_size))
+        if labels.dtype.kind not in "iu" or labels.min() < 0 or labels.max() >= n_classes:
+            raise ValueError(
+                "a Dataset or DataLoader given to fit must yield labels that are column indices "
+                f"0..{n_classes - 1} of the backbone's outputs; got values such as "
+                f"{np.unique(labels)[:5].tolist()}"
+            )
+        names = np.arange(n_classes) if self.classes is None else np.asarray(self.classes)
+        if names.ndim != 1 or len(names) != n_classes:
+            self._fit_labels(labels, n_classes)  # raises the mixin's error on classes
+        self._fit_labels(names[labels], n_classes)
+
+    def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
+        if y is None and isinstance(X, Dataset | DataLoader):
+            return self.predict_proba(X), self.classes_[dataset_labels(X)]
+        return super()._predict_proba_with_labels(X, y)
+
+    # Fitting ---------------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> DiffusionReconfigurer:
+        """Train the student on ``(X, y)`` by distilling the teacher's block path.
+
+        Parameters
+        ----------
+        X : array-like, tensor, dict of arrays, Dataset or DataLoader
+            Inputs of the backbone: images ``(n, C, H, W)``, token ids
+            ``(n, L)``, a dict such as ``{"input_ids": ..., "attention_mask": ...}``,
+            or a Dataset / DataLoader yielding ``(x, y)`` with ``y`` the column
+            index.
+        y : array-like of shape (n,), optional
+            Labels (among ``classes``) for array inputs; None for a Dataset.
+
+        Returns
+        -------
+        self
+        """
+        self._check_parameters()
+        adapter = as_backbone(self.backbone)
+        # ``blocks`` raises ReconfigurationNotSupportedError (a ValueError) for
+        # backbones that are not a flat stack of transformer blocks.
+        n_blocks = len(adapter.blocks)
+        n_classes = int(adapter.num_classes)
+        k = n_blocks if self.reconfigure == "all" else int(self.reconfigure)
+        if k > n_blocks:
+            raise ValueError(f"reconfigure={k} exceeds the backbone's {n_blocks} blocks")
+
+        dataset, y_checked = as_dataset(X, y, require_y=True)
+        if y_checked is None:
+            self._fit_dataset_labels(dataset, n_classes)
+        else:
+            dataset, _ = as_dataset(X, self._fit_labels(y_checked, n_classes))
+
+        teacher = copy.deepcopy(adapter).cpu().eval()
+        teacher.requires_grad_(False)
+        with torch.random.fork_rng(devices=[], enabled=self.random_state is not None):
+            if self.random_state is not None:
+                torch.manual_seed(self.random_state)
+            student = build_student(
+                teacher, n_reconfigured=k, depth=int(self.depth), noise_init=self.noise_init
+            )
+        module = DirectorTrainingModule(teacher, student, n_eval_samples=int(self.n_samples))
+        loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
+        history: list[dict] = []
+        config = TrainingConfig(
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            optimizer="adamw",
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            schedule="cosine",
+            warmup_epochs=self.warmup_epochs,
+            validation_fraction=self.validation_fraction,
+            selection_metric=self.selection_metric,
+            n_iter_no_change=self.n_iter_no_change,
+            ema_decay=self.ema_decay,
+            mixed_precision=self.mixed_precision,
+            checkpoint_dir=self.checkpoint_dir,
+            device=self.device,
+            verbose=self.verbose,
+            random_state=self.random_state,
+        )
+        result = fit_module(
+            module,
+            loss,
+            dataset,
+            config=config,
+            logits_fn=_first,
+            callbacks=[functools.partial(_record_components, history, loss)],
+        )
+        self.model_ = student.cpu().eval()
+        self.history_ = history or result.history
+        self.best_epoch_ = result.best_epoch
+        self.n_blocks_ = n_blocks
+        self.n_reconfigured_ = k
+        self.n_parameters_ = sum(p.numel() for p in student.parameters())
+        self.teacher_n_parameters_ = sum(p.numel() for p in adapter.parameters())
+        return self
+
+    # Prediction ------------------------------------------------------------------------------
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if self.random_state is None:
+            # Unseeded calls differ, yet follow torch.manual_seed.
+            seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+        else:
+            seed = int(self.random_state)
+        return torch.Generator(device=device).manual_seed(seed)
+
+    def _predictive_moments(self, X: Any, n_samples: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``."""
+        check_is_fitted(self, "model_")
+        n_samples = self._n_samples(n_samples)
+        dataset, _ = as_dataset(X)
+        device = resolve_device(self.device)
+        model = self.model_.to(device).eval()
+        generator = self._generator(device)
+        mean_probs, mean_entropy = [], []
+        with torch.no_grad():
+            for x, _ in make_loader(dataset, int(self.batch_size)):
+                x = to_device(x, device)
+                # default_collate turns a tuple input (ids, mask) into a list.
+                x = tuple(x) if isinstance(x, list) else x
+                log_probs = torch.log_softmax(
+                    model.sample_logits(x, n_samples, generator).double(), dim=-1
+                )
+                probs = log_probs.exp()
+                entropy = -(probs * log_probs).sum(dim=-1)
+                mean_probs.append(probs.mean(dim=0).cpu())
+                mean_entropy.append(entropy.mean(dim=0).cpu())
+        if device.type != "cpu":
+            self.model_.cpu()
+        return torch.cat(mean_probs).numpy(), torch.cat(mean_entropy).numpy()
+
+    def predict_proba(self, X: Any, n_samples: int | None = None) -> np.ndarray:
+        """Mean of ``n_samples`` sampled softmaxes, ``(1/S) sum_s softmax(z_s(x))``.
+
+        Parameters
+        ----------
+        X : array-like, tensor, dict of arrays, Dataset or DataLoader
+            Backbone inputs (see :meth:`fit`).
+        n_samples : int or None, default=None
+            Sampled paths per input; None uses ``self.n_samples``, 1 gives the
+            single-path protocol.
+
+        Returns
+        -------
+        ndarray of shape (n, K)
+            Rows sum to 1; columns follow ``classes_``.
+        """
+        return self._predictive_moments(X, n_samples)[0]
+
+    def decision_function(self, X: Any, n_samples: int | None = None) -> np.ndarray:
+        """Log of the averaged probabilities, ``log predict_proba(X)``.
+
+        These are logits whose softmax is exactly :meth:`predict_proba` (the
+        mean of sampled softmaxes, not the softmax of mean logits). Entries are
+        floored at the smallest positive float64 so that they stay finite.
+
+        Returns
+        -------
+        ndarray of shape (n, K)
+        """
+        probs = self.predict_proba(X, n_samples)
+        return np.log(np.maximum(probs, np.finfo(np.float64).tiny))
+
+    def predict(self, X: Any, n_samples: int | None = None) -> np.ndarray:
+        """The class of highest averaged probability, as a label of ``classes_``."""
+        return self.classes_[np.argmax(self.predict_proba(X, n_samples), axis=1)]
+
+    def uncertainty(self, X: Any, n_samples: int | None = None) -> pd.DataFrame:
+        """Predictive entropy, expected entropy and mutual information per input.
+
+        With ``p_s`` the softmax of sampled path ``s`` and ``p = mean_s p_s``
+        (entropies in nats)::
+
+            predictive_entropy = H(p) = -sum_k p_k log p_k
+            expected_entropy   = mean_s H(p_s)            (aleatoric part)
+            mutual_information = H(p) - mean_s H(p_s)     (epistemic part, >= 0)
+
+        Mutual information is zero when every path gives the same softmax
+        (for instance zero noise); all three are usable as OOD or failure
+        scores (higher = less certain). Small negative rounding residue of the
+        difference is clipped to 0.
+
+        Parameters
+        ----------
+        X : array-like, tensor, dict of arrays, Dataset or DataLoader
+        n_samples : int or None, default=None
+            Paths per input (None: ``self.n_samples``).
+
+        Returns
+        -------
+        pandas.DataFrame of shape (n, 3)
+        """
+        probs, expected_entropy = self._predictive_moments(X, n_samples)
+        log_probs = np.log(np.maximum(probs, np.finfo(np.float64).tiny))
+        predictive_entropy = -(probs * log_probs).sum(axis=1)
+        expected_entropy = np.minimum(expected_entropy, predictive_entropy)
+        return pd.DataFrame(
+            {
+                "predictive_entropy": predictive_entropy,
+                "expected_entropy": expected_entropy,
+                "mutual_information": predictive_entropy - expected_entropy,
+            }
+        )
+
+
+def _check_positive_int(name: str, value: Any, extra: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1{extra}, got {value!r}")

@@ -1,0 +1,457 @@
+"""Tests of AdaptiveTS (reliacal/calibrators/adaptive.py)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from conftest import requires_cuda
+from scipy.special import softmax
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV
+from sklearn.utils.estimator_checks import check_estimator
+from torch import distributions
+
+from reliacal.backbones import as_backbone
+from reliacal.calibrators import AdaptiveTS, TemperatureScaling, adaptive
+from reliacal.calibrators.adaptive import (
+    _adaptive_ts_loss,
+    _AdaptiveTemperatureNetwork,
+    _gaussian_kl,
+)
+from reliacal.metrics import ece_scorer, expected_calibration_error
+from reliacal.training import TrainingDivergedError
+
+
+def _tiny_network(n_features=5, n_classes=3, latent_dim=4):
+    torch.manual_seed(0)
+    return _AdaptiveTemperatureNetwork(
+        n_features,
+        n_classes,
+        latent_dim=latent_dim,
+        hidden_layer_sizes=(8, 6),
+        temperature_hidden_sizes=(7,),
+    )
+
+
+# --- the network and its loss, against torch.distributions as the oracle ---------------------
+
+
+def test_network_layers_follow_the_published_shape():
+    network = _AdaptiveTemperatureNetwork(12, 4)
+    linear = [m for m in network.encoder if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linear] == [
+        (12, 1024),
+        (1024, 512),
+        (512, 512),
+    ]
+    assert sum(isinstance(m, torch.nn.ELU) for m in network.encoder) == 3
+    assert network.posterior_mean_head.out_features == 16
+    decoder = [m for m in network.decoder if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in decoder] == [
+        (16, 1024),
+        (1024, 512),
+        (512, 512),
+        (512, 12),
+    ]
+    assert not isinstance(network.decoder[-1], torch.nn.ELU)
+    head = [m for m in network.temperature_head if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in head] == [(4, 128), (128, 128), (128, 1)]
+    assert network.prior_mean.shape == (4, 16)
+
+
+def test_gaussian_kl_matches_torch_distributions():
+    generator = torch.Generator().manual_seed(1)
+    mean_q, mean_p = torch.randn(2, 6, 5, generator=generator, dtype=torch.float64)
+    scale_q, scale_p = torch.rand(2, 6, 5, generator=generator, dtype=torch.float64) + 0.1
+    expected = distributions.kl_divergence(
+        distributions.Normal(mean_q, scale_q), distributions.Normal(mean_p, scale_p)
+    ).sum(-1)
+    torch.testing.assert_close(_gaussian_kl(mean_q, scale_q, mean_p, scale_p), expected)
+
+
+def test_class_log_likelihoods_match_normal_log_prob():
+    network = _tiny_network().double()
+    latent = torch.randn(10, 4, dtype=torch.float64)
+    prior = distributions.Normal(
+        network.prior_mean, torch.nn.functional.softplus(network.prior_raw_scale)
+    )
+    expected = prior.log_prob(latent[:, None, :]).sum(-1)
+    torch.testing.assert_close(network.class_log_likelihoods(latent), expected)
+
+
+def test_forward_terms_and_loss_match_an_independent_computation():
+    network = _tiny_network().double().eval()
+    features = torch.randn(9, 5, dtype=torch.float64)
+    logits = torch.randn(9, 3, dtype=torch.float64) * 3
+    target = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2])
+    outputs = network((features, logits))
+    mean, scale = network.posterior(features)
+    torch.testing.assert_close(outputs.posterior_mean, mean)
+    # evaluation mode: u is the posterior mean
+    laplace = distributions.Laplace(network.decoder(mean), torch.ones(()))
+    torch.testing.assert_close(outputs.reconstruction_nll, -laplace.log_prob(features).sum(-1))
+    temperature = outputs.temperature
+    assert temperature.shape == (9,) and bool((temperature >= 1e-3).all())
+    torch.testing.assert_close(outputs.logits, logits / temperature[:, None])
+    prior = distributions.Normal(
+        network.prior_mean[target], torch.nn.functional.softplus(network.prior_raw_scale)[target]
+    )
+    kl = distributions.kl_divergence(distributions.Normal(mean, scale), prior).sum(-1)
+    cross_entropy = -torch.log_softmax(logits / temperature[:, None], -1)[range(9), target]
+    expected = (-laplace.log_prob(features).sum(-1) + kl + cross_entropy).mean()
+    torch.testing.assert_close(_adaptive_ts_loss(outputs, target), expected)
+
+
+def test_training_mode_samples_and_evaluation_mode_is_deterministic():
+    network = _tiny_network()
+    features, logits = torch.randn(6, 5), torch.randn(6, 3)
+    network.train()
+    first = network((features, logits)).temperature
+    second = network((features, logits)).temperature
+    assert not torch.equal(first, second)
+    network.eval()
+    torch.testing.assert_close(
+        network((features, logits)).temperature, network((features, logits)).temperature
+    )
+
+
+def test_scales_and_temperatures_are_floored():
+    network = _tiny_network()
+    with torch.no_grad():
+        network.prior_raw_scale.fill_(-50.0)
+        network.posterior_scale_head.bias.fill_(-50.0)
+        network.posterior_scale_head.weight.zero_()
+        network.temperature_head[-1].bias.fill_(-50.0)
+        network.temperature_head[-1].weight.zero_()
+    outputs = network.eval()((torch.randn(4, 5), torch.randn(4, 3)))
+    assert bool((outputs.posterior_scale == 1e-3).all())
+    assert bool((outputs.prior_scale == 1e-3).all())
+    assert bool((outputs.temperature == 1e-3).all())
+    assert math.isfinite(float(_adaptive_ts_loss(outputs, torch.tensor([0, 1, 2, 0])).detach()))
+
+
+def test_sampled_probabilities_are_seeded_and_keep_argmax():
+    network = _tiny_network().eval()
+    features, logits = torch.randn(20, 5), torch.randn(20, 3) * 4
+    first, temp_first = network.sampled_probabilities(
+        features, logits, 5, torch.Generator().manual_seed(3)
+    )
+    second, _ = network.sampled_probabilities(features, logits, 5, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(first, second)
+    np.testing.assert_allclose(first.sum(-1).numpy(), 1.0, rtol=1e-6)
+    assert torch.equal(first.argmax(-1), logits.argmax(-1))
+    assert bool((temp_first > 0).all())
+
+
+@pytest.mark.parametrize("n_classes", [2, 7])
+def test_loss_backpropagates_into_every_parameter(n_classes):
+    network = _tiny_network(n_classes=n_classes).train()
+    outputs = network((torch.randn(8, 5), torch.randn(8, n_classes)))
+    _adaptive_ts_loss(outputs, torch.arange(8) % n_classes).backward()
+    for name, parameter in network.named_parameters():
+        assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), name
+
+
+# --- the estimator -----------------------------------------------------------------------------
+
+TINY = dict(
+    latent_dim=2,
+    hidden_layer_sizes=(16,),
+    temperature_hidden_sizes=(8,),
+    max_epochs=3,
+    batch_size=32,
+    learning_rate=5e-3,
+    random_state=0,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny networks on a shared machine: thread start-up and contention cost more than the
+    # matrix products, by far.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _logit_problem(n=300, n_classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, size=n)
+    logits = 3.0 * np.eye(n_classes)[y] + rng.normal(scale=1.5, size=(n, n_classes))
+    return logits, y
+
+
+def _group_miscalibrated(n, seed):
+    """Labels drawn from softmax(clean); observed logits 3 * clean (group 0) or 0.4 * clean.
+
+    Group 0 is over-confident and group 1 under-confident by construction; the group shows in
+    eight noisy feature columns, so only a sample-dependent temperature can fix both.
+    """
+    rng = np.random.default_rng(seed)
+    clean = rng.normal(scale=1.5, size=(n, 4))
+    probabilities = softmax(clean, axis=1)
+    y = (rng.random(n)[:, None] > np.cumsum(probabilities, axis=1)).sum(axis=1)
+    group = rng.integers(0, 2, size=n)
+    logits = clean * np.where(group == 0, 3.0, 0.4)[:, None]
+    features = group[:, None] + rng.normal(scale=0.2, size=(n, 8))
+    return np.hstack([features, logits]), logits, y, group
+
+
+def test_sample_dependent_temperature_beats_any_single_temperature():
+    X_cal, logits_cal, y_cal, _ = _group_miscalibrated(2000, seed=0)
+    X_test, logits_test, y_test, group = _group_miscalibrated(4000, seed=1)
+    # The best any single temperature can do, chosen with the test labels themselves.
+    best_single = min(
+        expected_calibration_error(y_test, softmax(logits_test / t, axis=1))
+        for t in np.geomspace(0.1, 10, 400)
+    )
+    ts = TemperatureScaling().fit(logits_cal, y_cal)
+    ts_ece = expected_calibration_error(y_test, ts.predict_proba(logits_test))
+    assert ts_ece >= best_single > 0.1
+    model = AdaptiveTS(
+        n_logits=4,
+        latent_dim=2,
+        hidden_layer_sizes=(32,),
+        temperature_hidden_sizes=(16,),
+        max_epochs=10,
+        batch_size=32,
+        learning_rate=5e-3,
+        random_state=0,
+    ).fit(X_cal, y_cal)
+    ada_ece = expected_calibration_error(y_test, model.predict_proba(X_test))
+    assert ada_ece < 0.5 * best_single
+    temperature = model.temperature(X_test)
+    # the over-confident group is softened, the under-confident one sharpened
+    assert temperature[group == 0].mean() > 1.5 > 1.0 > temperature[group == 1].mean()
+
+
+def test_calibrated_logits_are_the_logits_over_the_temperature():
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY).fit(logits, y)
+    temperature = model.temperature(logits)
+    assert temperature.shape == (300,) and temperature.dtype == np.float64
+    assert bool(np.all(temperature >= 1e-3))
+    np.testing.assert_allclose(model.decision_function(logits) * temperature[:, None], logits)
+    proba = model.predict_proba(logits)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(proba.argmax(axis=1), logits.argmax(axis=1))
+    np.testing.assert_array_equal(model.predict(logits), logits.argmax(axis=1))
+    assert 1 <= model.best_epoch_ <= model.n_iter_ == len(model.history_)
+
+
+@pytest.mark.parametrize("n_samples", [1, 4])
+def test_argmax_kept_and_rows_sum_to_one_on_extreme_logits(n_samples):
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY, n_samples=n_samples).fit(logits, y)
+    rng = np.random.default_rng(5)
+    extreme = rng.normal(scale=200.0, size=(50, 3))
+    proba = model.predict_proba(extreme)
+    assert bool(np.all(np.isfinite(proba)))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(proba.argmax(axis=1), extreme.argmax(axis=1))
+
+
+def test_sampling_is_seeded_and_differs_from_the_posterior_mean():
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY).fit(logits, y)
+    deterministic = model.predict_proba(logits)
+    model.set_params(n_samples=8)
+    sampled = model.predict_proba(logits)
+    np.testing.assert_array_equal(sampled, model.predict_proba(logits))
+    assert not np.allclose(sampled, deterministic)
+    np.testing.assert_array_equal(sampled.argmax(axis=1), logits.argmax(axis=1))
+    assert bool(np.all(model.temperature(logits) > 0))
+
+
+def test_random_state_makes_fits_reproducible():
+    logits, y = _logit_problem()
+    first = AdaptiveTS(**TINY).fit(logits, y).predict_proba(logits)
+    second = AdaptiveTS(**TINY).fit(logits, y).predict_proba(logits)
+    np.testing.assert_array_equal(first, second)
+    other = AdaptiveTS(**{**TINY, "random_state": 1}).fit(logits, y).predict_proba(logits)
+    assert not np.allclose(first, other)
+
+
+def test_pickle_and_clone():
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY, n_logits=None).fit(logits, y)
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.predict_proba(logits), model.predict_proba(logits))
+    np.testing.assert_array_equal(restored.temperature(logits), model.temperature(logits))
+    assert all(t.device.type == "cpu" for t in restored.network_.state_dict().values())
+    fresh = clone(model)
+    assert fresh.get_params() == model.get_params()
+    assert not hasattr(fresh, "network_")
+
+
+@requires_cuda
+def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu():
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY, device="cuda").fit(logits, y)
+    expected = model.predict_proba(logits)
+    restored = pickle.loads(pickle.dumps(model))
+    restored.set_params(device="cpu")
+    np.testing.assert_allclose(restored.predict_proba(logits), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_features_and_logits_side_by_side():
+    logits, y = _logit_problem()
+    features = np.random.default_rng(1).normal(size=(300, 5))
+    model = AdaptiveTS(**TINY, n_logits=3).fit(np.hstack([features, logits]), y)
+    assert model.network_.encoder[0].in_features == 5
+    assert model.feature_mean_.shape == (5,)
+    np.testing.assert_allclose(model.feature_mean_, features.mean(axis=0))
+    np.testing.assert_allclose(model.feature_scale_, features.std(axis=0))
+    proba = model.predict_proba(np.hstack([features, logits]))
+    np.testing.assert_array_equal(proba.argmax(axis=1), logits.argmax(axis=1))
+
+
+class _TinyClassifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.Tanh())
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def _backbone_problem(n=240):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(n, 5)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    return as_backbone(_TinyClassifier(), features="features", head="head"), X, y
+
+
+def test_backbone_mode_uses_pooled_features_and_logits_of_one_pass():
+    backbone, X, y = _backbone_problem()
+    with torch.no_grad():
+        pooled = backbone.model.features(torch.from_numpy(X)).numpy()
+        logits = backbone.model.head(torch.from_numpy(pooled)).numpy()
+    from_backbone = AdaptiveTS(**TINY, backbone=backbone).fit(X, y)
+    side_by_side = AdaptiveTS(**TINY, n_logits=3).fit(np.hstack([pooled, logits]), y)
+    np.testing.assert_allclose(
+        from_backbone.predict_proba(X),
+        side_by_side.predict_proba(np.hstack([pooled, logits])),
+        rtol=1e-5,
+        atol=1e-7,
+    )
+    assert from_backbone.network_.encoder[0].in_features == 6
+
+
+@pytest.mark.parametrize("mode", ["logits", "features+logits", "backbone"])
+def test_grid_search_over_latent_size_and_epochs(mode):
+    if mode == "backbone":
+        backbone, X, y = _backbone_problem()
+        estimator = AdaptiveTS(**TINY, backbone=backbone)
+    else:
+        X, y = _logit_problem(n=240)
+        if mode == "features+logits":
+            X = np.hstack([np.random.default_rng(3).normal(size=(240, 4)), X])
+        estimator = AdaptiveTS(**TINY, n_logits=3 if mode == "features+logits" else None)
+    grid = {"latent_dim": [1, 3], "max_epochs": [1, 2]}
+    search = GridSearchCV(estimator, grid, scoring=ece_scorer, cv=2).fit(X, y)
+    assert search.best_params_["latent_dim"] in (1, 3)
+    assert (
+        search.best_estimator_.network_.posterior_mean_head.out_features
+        == (search.best_params_["latent_dim"])
+    )
+    scores = search.cv_results_["mean_test_score"]
+    assert scores.shape == (4,) and bool(np.all(np.isfinite(scores))) and bool(np.all(scores <= 0))
+    assert search.best_estimator_.predict_proba(X).shape == (240, 3)
+
+
+def test_unit_sample_weights_change_nothing_and_zero_weights_are_ignored_by_the_loss():
+    logits, y = _logit_problem()
+    plain = AdaptiveTS(**TINY).fit(logits, y).predict_proba(logits)
+    ones = AdaptiveTS(**TINY).fit(logits, y, sample_weight=np.ones(300)).predict_proba(logits)
+    np.testing.assert_array_equal(plain, ones)
+    network = _tiny_network().eval()
+    features, batch_logits = torch.randn(4, 5), torch.randn(4, 3)
+    target = torch.tensor([0, 1, 2, 0])
+    weighted = network((features, batch_logits, torch.tensor([2.0, 2.0, 0.0, 0.0])))
+    first_half = network((features[:2], batch_logits[:2]))
+    torch.testing.assert_close(
+        _adaptive_ts_loss(weighted, target), _adaptive_ts_loss(first_half, target[:2])
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "X_kind", "match"),
+    [
+        ({}, "nan", "NaN|nan|finite"),
+        ({}, "one-column", "2"),
+        ({"n_logits": 3}, "logits", "n_logits=3 leaves no feature column"),
+        ({"hidden_layer_sizes": (8, 0)}, "logits", "hidden_layer_sizes"),
+        ({"temperature_hidden_sizes": ()}, "logits", "temperature_hidden_sizes"),
+        ({"validation_fraction": 0.0}, "logits", "n_iter_no_change needs validation_fraction"),
+        ({"latent_dim": 0}, "logits", "latent_dim"),
+        ({"learning_rate": -1.0}, "logits", "learning_rate"),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(params, X_kind, match):
+    logits, y = _logit_problem(n=60)
+    X = {
+        "nan": np.where(np.arange(180).reshape(60, 3) == 7, np.nan, logits),
+        "one-column": logits[:, :1],
+        "logits": logits,
+    }[X_kind]
+    with pytest.raises(ValueError, match=match):
+        AdaptiveTS(**{**TINY, **params}).fit(X, y)
+
+
+def test_bad_input_at_prediction_and_with_a_backbone():
+    logits, y = _logit_problem(n=60)
+    model = AdaptiveTS(**TINY).fit(logits, y)
+    with pytest.raises(ValueError, match="4 logit columns|4 features|features"):
+        model.predict_proba(np.hstack([logits, logits[:, :1]]))
+    with pytest.raises(ValueError, match="not among|classes"):
+        AdaptiveTS(**TINY).fit(logits, np.where(y == 0, 5, y))
+    backbone, X, y_backbone = _backbone_problem(n=40)
+    with pytest.raises(ValueError, match="n_logits must be None with a backbone"):
+        AdaptiveTS(**TINY, n_logits=3, backbone=backbone).fit(X, y_backbone)
+    with pytest.raises(NotFittedError):
+        AdaptiveTS().temperature(logits)
+
+
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_weights(monkeypatch):
+    logits, y = _logit_problem()
+    calls = {"n": 0}
+    seen = {}
+
+    def loss_that_breaks_on_the_fifth_step(outputs, target):
+        calls["n"] += 1
+        loss = _adaptive_ts_loss(outputs, target)
+        if calls["n"] == 5:
+            # outputs.prior_mean is the parameter itself: its value now is the last good one.
+            seen["prior_mean"] = outputs.prior_mean.detach().clone()
+            seen["changed"] = not torch.equal(seen["prior_mean"], seen["initial"])
+            return loss * float("nan")
+        seen.setdefault("initial", outputs.prior_mean.detach().clone())
+        return loss
+
+    monkeypatch.setattr(adaptive, "_adaptive_ts_loss", loss_that_breaks_on_the_fifth_step)
+    model = AdaptiveTS(**TINY)
+    with pytest.raises(TrainingDivergedError, match="diverged.*network_"):
+        model.fit(logits, y)
+    assert seen["changed"]  # four good steps moved the weights before the bad one
+    torch.testing.assert_close(model.network_.prior_mean.detach(), seen["prior_mean"])
+    assert all(bool(torch.isfinite(p).all()) for p in model.network_.parameters())
+
+
+def test_check_estimator_in_logits_mode():
+    estimator = AdaptiveTS(
+        latent_dim=2,
+        hidden_layer_sizes=(8,),
+        temperature_hidden_sizes=(4,),
+        max_epochs=2,
+        random_state=0,
+    )
+    check_estimator(estimator, expected_failed_checks=estimator._expected_failed_checks())

@@ -1,0 +1,326 @@
+"""The ``reliacal`` command: evaluate and calibrate on the CIFAR records, and user errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import joblib
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import RECORD_NAMES, load_record
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax
+from torchmetrics.functional.classification import multiclass_calibration_error
+
+from reliacal.cli import main
+from reliacal.metrics import calibration_report
+
+DATA = Path(__file__).parent / "data"
+
+
+def run(capsys, *args):
+    """Run the command in-process; return (status, stdout, stderr lines)."""
+    status = main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err.strip().splitlines()
+
+
+def assert_one_line_error(status, out, err, *fragments):
+    """Status 1, one error line last (after any progress lines), no traceback."""
+    assert status == 1
+    assert out == ""
+    assert all(line.startswith("reliacal: ") for line in err), err
+    assert [line for line in err if line.startswith("reliacal: error: ")] == err[-1:], err
+    for fragment in fragments:
+        assert fragment in err[-1], err[-1]
+
+
+def torchmetrics_ece(probs, labels):
+    return float(
+        multiclass_calibration_error(
+            torch.from_numpy(probs), torch.from_numpy(labels), num_classes=probs.shape[1], n_bins=15
+        )
+    )
+
+
+@pytest.mark.parametrize("name", RECORD_NAMES)
+def test_evaluate_each_record_as_csv(capsys, name):
+    status, out, err = run(capsys, "evaluate", DATA / f"{name}.npz", "--format", "csv")
+    assert status == 0
+    assert err == [
+        f"reliacal: {name}.npz: probabilities from key 'predictions', "
+        "labels from key 'ground_truth'"
+    ]
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert list(table.index) == [name]
+    probs, labels = load_record(name)
+    # The ECE against an independent implementation (float32 there: 1e-5).
+    assert table.loc[name, "ece"] == pytest.approx(torchmetrics_ece(probs, labels), abs=1e-5)
+    expected = calibration_report(labels, {name: probs})
+    pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-9)
+
+
+def test_evaluate_table_and_json(capsys, tmp_path):
+    path = DATA / "wideresnet-16-4-cifar-100.npz"
+    status, out, _ = run(capsys, "evaluate", path, "--name", "WRN")
+    assert status == 0
+    header, row = out.splitlines()[0], out.splitlines()[-1]
+    assert "ece" in header and "nll" in header and row.startswith("WRN")
+    status, out, _ = run(capsys, "evaluate", path, "--format", "json", "--n-bins", "10")
+    assert status == 0
+    report = json.loads(out)
+    probs, labels = load_record("wideresnet-16-4-cifar-100")
+    expected = calibration_report(labels, {"x": probs}, n_bins=10).loc["x"]
+    assert report["wideresnet-16-4-cifar-100"]["ece"] == pytest.approx(expected["ece"])
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_evaluate_writes_a_diagram(capsys, tmp_path, strategy):
+    plot = tmp_path / "figures" / "diagram.png"
+    status, _, err = run(
+        capsys, "evaluate", DATA / "lenet-5-cifar-10.npz", "--plot", plot, "--strategy", strategy
+    )
+    assert status == 0 and err[-1] == f"reliacal: wrote {plot}"
+    image = matplotlib.image.imread(plot)
+    assert image.shape[0] > 200 and image.shape[1] > 200
+
+
+def test_evaluate_npy_pair_and_table(capsys, tmp_path):
+    probs, labels = load_record("lenet-5-cifar-10")
+    np.save(tmp_path / "probs.npy", probs)
+    np.save(tmp_path / "labels.npy", labels)
+    status, out, _ = run(
+        capsys,
+        "evaluate",
+        tmp_path / "probs.npy",
+        "--labels",
+        tmp_path / "labels.npy",
+        "--format",
+        "csv",
+    )
+    assert status == 0
+    from_npy = pd.read_csv(io.StringIO(out), index_col="model")
+    frame = pd.DataFrame(probs, columns=[f"class_{k}" for k in range(10)]).assign(label=labels)
+    frame.to_parquet(tmp_path / "preds.parquet")
+    status, out, err = run(capsys, "evaluate", tmp_path / "preds.parquet", "--format", "csv")
+    assert status == 0 and "labels from column 'label'" in err[0]
+    from_table = pd.read_csv(io.StringIO(out), index_col="model")
+    # The table holds float64 copies of the float32 record: equal up to float32 rounding.
+    np.testing.assert_allclose(from_npy.to_numpy(), from_table.to_numpy(), rtol=1e-7)
+
+
+def test_evaluate_logits_only_when_named(capsys, tmp_path):
+    probs, labels = load_record("lenet-5-cifar-10")
+    logits = np.log(probs.astype(np.float64)) + 3.0  # logits up to a per-row constant
+    np.savez(tmp_path / "as_probs.npz", probs=logits, labels=labels)
+    status, out, err = run(capsys, "evaluate", tmp_path / "as_probs.npz")
+    assert_one_line_error(status, out, err, "as_probs.npz", "--logits")
+    status, out, err = run(capsys, "evaluate", tmp_path / "as_probs.npz", "--logits")
+    assert status == 0 and "(softmax applied)" in err[0]
+    np.savez(tmp_path / "named.npz", logits=logits, labels=labels)
+    status, out, err = run(capsys, "evaluate", tmp_path / "named.npz", "--format", "csv")
+    assert status == 0 and "logits from key 'logits'" in err[0]
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert table["ece"].iloc[0] == pytest.approx(torchmetrics_ece(probs, labels), abs=1e-5)
+
+
+def bad_files(tmp_path):
+    probs, labels = load_record("lenet-5-cifar-10")
+    nan_probs = probs.copy()
+    nan_probs[17, 3] = np.nan
+    np.savez(tmp_path / "nan.npz", probs=nan_probs, labels=labels)
+    np.savez(tmp_path / "short.npz", probs=probs, labels=labels[:-5])
+    np.savez(tmp_path / "nolabels.npz", probs=probs)
+    np.savez(tmp_path / "outside.npz", probs=probs, labels=labels + 20)
+    (tmp_path / "corrupt.npz").write_bytes(b"not a zip file")
+    (tmp_path / "notes.txt").write_text("hello")
+    return [
+        (["evaluate", tmp_path / "missing.npz"], ["missing.npz", "no such file"]),
+        (["evaluate", DATA / "lenet-5-cifar-10.npz", "--probs-key", "scores"], ["'scores'"]),
+        (["evaluate", DATA / "lenet-5-cifar-10.npz", "--labels-key", "y"], ["'y'"]),
+        (["evaluate", tmp_path / "nan.npz"], ["nan.npz"]),
+        (["evaluate", tmp_path / "short.npz"], ["short.npz"]),
+        (["evaluate", tmp_path / "nolabels.npz"], ["no labels"]),
+        (["evaluate", tmp_path / "outside.npz"], ["outside.npz"]),
+        (["evaluate", tmp_path / "corrupt.npz"], ["corrupt.npz"]),
+        (["evaluate", tmp_path / "notes.txt"], [".txt"]),
+        (
+            ["evaluate", DATA / "lenet-5-cifar-10.npz", "--labels", tmp_path / "none.npy"],
+            ["none.npy"],
+        ),
+        (
+            ["calibrate", DATA / "lenet-5-cifar-10.npz", DATA / "lenet-5-cifar-100.npz"],
+            ["number of classes", "10", "100"],
+        ),
+        (
+            ["calibrate", *[DATA / "lenet-5-cifar-10.npz"] * 2, "--reg-bias", "1"],
+            ["vector and matrix only"],
+        ),
+    ]
+
+
+def test_user_mistakes_give_one_line_and_status_1(capsys, tmp_path):
+    for arguments, fragments in bad_files(tmp_path):
+        status, out, err = run(capsys, *arguments)
+        assert_one_line_error(status, out, err, *fragments)
+
+
+def test_usage_errors_exit_with_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "a.npz", "b.npz", "--method", "isotonic"])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "a.npz", "--n-bins", "0"])
+    assert exit_info.value.code == 2
+    assert "--n-bins: must be an integer >= 1, got '0'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "a.npz", "b.npz", "--reg-bias", "-1"])
+    assert exit_info.value.code == 2
+
+
+def test_installed_command_prints_no_traceback(tmp_path):
+    command = Path(sys.executable).parent / "reliacal"
+    result = subprocess.run(
+        [command, "evaluate", tmp_path / "missing.npz"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"reliacal: error: {tmp_path / 'missing.npz'}: no such file"
+    ]
+
+
+# ------------------------------------------------------------------------- calibrate
+
+
+@pytest.fixture(scope="module")
+def cifar100_halves(tmp_path_factory):
+    """The split of ``docs/methods.md``: default_rng(0) permutation, first half calibrates."""
+    folder = tmp_path_factory.mktemp("halves")
+    probs, labels = load_record("wideresnet-16-4-cifar-100")
+    order = np.random.default_rng(0).permutation(len(labels))
+    calibration, evaluation = order[:5000], order[5000:]
+    np.savez(folder / "cal.npz", probs=probs[calibration], labels=labels[calibration])
+    np.savez(folder / "eval.npz", probs=probs[evaluation], labels=labels[evaluation])
+    return folder, probs, labels, calibration, evaluation
+
+
+def exact_temperature(probs, labels):
+    """The NLL-optimal temperature of log-probabilities, by a bracketing 1-D solver in float64."""
+    log_probs = np.log(np.clip(probs.astype(np.float64), 1e-300, None))
+
+    def nll(log_temperature):
+        scaled = log_softmax(log_probs / np.exp(log_temperature), axis=1)
+        return -np.mean(scaled[np.arange(len(labels)), labels])
+
+    solution = minimize_scalar(nll, bracket=(-1.0, 1.0), tol=1e-12)
+    return float(np.exp(solution.x))
+
+
+def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves):
+    folder, probs, labels, calibration, evaluation = cifar100_halves
+    out_file = folder / "calibrated.npz"
+    model_file = folder / "ts.joblib"
+    status, out, err = run(
+        capsys,
+        "calibrate",
+        folder / "cal.npz",
+        folder / "eval.npz",
+        "--method",
+        "temperature",
+        "--format",
+        "csv",
+        "--out",
+        out_file,
+        "--save-model",
+        model_file,
+    )
+    assert status == 0, err
+    temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
+    expected = exact_temperature(probs[calibration], labels[calibration])
+    assert temperature == pytest.approx(expected, abs=1e-4)
+    assert temperature == pytest.approx(1.12, abs=0.005)  # docs/methods.md
+
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert list(table.index) == ["uncalibrated", "TemperatureScaling"]
+    # docs/methods.md: ECE 5.65% -> 4.25% on this split.
+    assert table.loc["uncalibrated", "ece"] == pytest.approx(0.0565, abs=5e-5)
+    assert table.loc["TemperatureScaling", "ece"] == pytest.approx(0.0425, abs=5e-5)
+    assert table.loc["TemperatureScaling", "nll"] < table.loc["uncalibrated", "nll"]
+    assert table.loc["TemperatureScaling", "accuracy"] == table.loc["uncalibrated", "accuracy"]
+
+    with np.load(out_file) as saved:
+        np.testing.assert_array_equal(saved["labels"], labels[evaluation])
+        calibrated = saved["probs"]
+    log_probs = np.log(np.clip(probs[evaluation].astype(np.float64), 1e-300, None))
+    oracle = np.exp(log_softmax(log_probs / expected, axis=1))
+    np.testing.assert_allclose(calibrated, oracle, atol=1e-5)
+    model = joblib.load(model_file)
+    np.testing.assert_array_equal(model.predict_proba(probs[evaluation]), calibrated)
+
+    # The written file is a prediction file itself.
+    status, out, _ = run(capsys, "evaluate", out_file, "--format", "csv")
+    assert status == 0
+    again = pd.read_csv(io.StringIO(out), index_col="model")
+    assert again["ece"].iloc[0] == pytest.approx(table.loc["TemperatureScaling", "ece"])
+
+
+@pytest.mark.parametrize(
+    ("method", "regularisation"),
+    [
+        ("vector", ["--reg-bias", "0.1"]),
+        ("matrix", ["--reg-off-diagonal", "1", "--reg-bias", "1"]),
+    ],
+)
+def test_calibrate_vector_and_matrix(capsys, tmp_path, method, regularisation):
+    probs, labels = load_record("wideresnet-16-4-cifar-10")
+    np.savez(tmp_path / "cal.npz", probs=probs[:2000], labels=labels[:2000])
+    np.savez(tmp_path / "eval.npz", probs=probs[2000:4000], labels=labels[2000:4000])
+    plot = tmp_path / "before_after.png"
+    status, out, err = run(
+        capsys,
+        "calibrate",
+        tmp_path / "cal.npz",
+        tmp_path / "eval.npz",
+        "--method",
+        method,
+        "--format",
+        "csv",
+        "--plot",
+        plot,
+        *regularisation,
+    )
+    assert status == 0, err
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    name = {"vector": "VectorScaling", "matrix": "MatrixScaling"}[method]
+    assert list(table.index) == ["uncalibrated", name]
+    # WRN-16-4 on CIFAR-10 is over-confident (ECE about 5%); both maps fix most of it.
+    assert table.loc[name, "ece"] < 0.5 * table.loc["uncalibrated", "ece"]
+    assert table.loc[name, "nll"] < table.loc["uncalibrated", "nll"]
+    assert matplotlib.image.imread(plot).shape[1] > 400
+
+
+def test_calibrate_uses_logits_when_both_files_hold_them(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(600, 4)) * 4.0
+    labels = np.array([rng.choice(4, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))])
+    np.savez(tmp_path / "cal.npz", logits=logits[:300], labels=labels[:300])
+    np.savez(tmp_path / "eval.npz", logits=logits[300:], labels=labels[300:])
+    status, out, err = run(
+        capsys, "calibrate", tmp_path / "cal.npz", tmp_path / "eval.npz", "--format", "csv"
+    )
+    assert status == 0, err
+    temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
+    probs = np.exp(log_softmax(logits[:300], axis=1))
+    assert temperature == pytest.approx(exact_temperature(probs, labels[:300]), abs=1e-4)
+    assert temperature == pytest.approx(3.0, rel=0.3)

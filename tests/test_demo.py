@@ -1,0 +1,181 @@
+"""``reliacal demo --quick`` end to end, and the method registry."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from scipy.special import softmax as scipy_softmax
+from timm.models.vision_transformer import VisionTransformer
+
+from reliacal.cli import main
+from reliacal.demo import METHODS, DemoMethod, MethodOutput, post_hoc, run_demo
+from reliacal.metrics import expected_calibration_error
+
+EXPECTED_FILES = {
+    "report.md",
+    "report.html",
+    "reliability_diagrams.png",
+    "training.png",
+    "predictions.npz",
+    "calibration_logits.npz",
+    "test_logits.npz",
+}
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo") / "reliacal-demo"
+    assert main(["demo", "--quick", "--out", str(folder)]) == 0
+    return folder
+
+
+def test_demo_writes_the_report(demo_folder):
+    assert EXPECTED_FILES <= {path.name for path in demo_folder.iterdir()}
+    markdown = (demo_folder / "report.md").read_text()
+    for method in METHODS:
+        assert re.search(rf"^\| {re.escape(method.name)} \| 0\.\d{{4}} \|", markdown, re.M)
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown):
+        assert (demo_folder / link).is_file(), link
+    page = (demo_folder / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "<table" in page and all(method.name in page for method in METHODS)
+    for name in ("reliability_diagrams.png", "training.png"):
+        assert plt.imread(demo_folder / name).shape[0] > 200
+
+
+def test_demo_predictions_match_the_report(demo_folder):
+    with np.load(demo_folder / "predictions.npz") as predictions:
+        arrays = dict(predictions)
+    with np.load(demo_folder / "test_logits.npz") as test:
+        logits, labels = test["logits"], test["labels"]
+    np.testing.assert_array_equal(arrays["labels"], labels)
+    assert len(labels) == 809
+    np.testing.assert_allclose(
+        arrays["probs_uncalibrated"], scipy_softmax(logits.astype(np.float64), axis=1), atol=1e-6
+    )
+    assert set(arrays) == {
+        "labels",
+        "probs_uncalibrated",
+        "probs_temperaturescaling",
+        "probs_vectorscaling",
+        "probs_matrixscaling-odir",
+    }
+    markdown = (demo_folder / "report.md").read_text()
+    row = re.search(r"^\| TemperatureScaling \| ([\d.]+) \| ([\d.]+) \|", markdown, re.M)
+    ece = expected_calibration_error(labels, arrays["probs_temperaturescaling"])
+    assert float(row.group(2)) == pytest.approx(ece, abs=5e-5)
+
+
+def test_evaluate_command_in_the_report_works(demo_folder, capsys, monkeypatch):
+    markdown = (demo_folder / "report.md").read_text()
+    command = re.search(r"^reliacal (evaluate .*)$", markdown, re.M).group(1).split()
+    monkeypatch.chdir(demo_folder)
+    assert main([*command, "--format", "csv"]) == 0
+    output = capsys.readouterr().out.splitlines()
+    ece = float(output[1].split(",")[2])
+    row = re.search(r"^\| MatrixScaling \(ODIR\) \| [\d.]+ \| ([\d.]+) \|", markdown, re.M)
+    assert ece == pytest.approx(float(row.group(1)), abs=5e-5)
+    assert (demo_folder / "diagram.png").is_file()
+
+
+def test_calibrate_command_reproduces_the_temperature_row(demo_folder, capsys):
+    out = demo_folder / "ts_again.npz"
+    status = main(
+        [
+            "calibrate",
+            str(demo_folder / "calibration_logits.npz"),
+            str(demo_folder / "test_logits.npz"),
+            "--out",
+            str(out),
+        ]
+    )
+    assert status == 0
+    capsys.readouterr()
+    with np.load(out) as again, np.load(demo_folder / "predictions.npz") as demo:
+        np.testing.assert_allclose(again["probs"], demo["probs_temperaturescaling"], atol=1e-10)
+
+
+def test_a_method_is_one_registry_entry(demo_folder, tmp_path):
+    seen = {}
+
+    def inspect_context(context):
+        seen["context"] = context
+        return MethodOutput(
+            scipy_softmax(context.test_logits * 2.0, axis=1),
+            figures={"Logit histogram": _histogram(context.test_logits)},
+            details="logits doubled",
+        )
+
+    methods = [
+        METHODS[0],
+        DemoMethod("Sharpened x2", inspect_context),
+        DemoMethod("Per-sample T", post_hoc(lambda context: FeatureTemperature(), features=True)),
+    ]
+    result = run_demo(tmp_path, quick=True, methods=methods, verbose=False)
+
+    context = seen["context"]
+    assert isinstance(context.model, VisionTransformer) and not context.model.training
+    assert context.quick and context.random_state == 0
+    assert context.training_config.max_epochs == 5
+    assert len(context.splits.y_train) == 538 and len(context.splits.y_calibration) == 450
+    assert context.calibration_logits.shape == (450, 10)
+    assert context.calibration_features.shape == (450, 64)
+    assert context.test_features.shape == (809, 64)
+    with torch.no_grad():
+        head = context.backbone.head(torch.from_numpy(context.test_features)).numpy()
+        direct = context.model(torch.from_numpy(context.splits.X_test[:20])).numpy()
+    np.testing.assert_allclose(head, context.test_logits, atol=1e-5)
+    np.testing.assert_allclose(direct, context.test_logits[:20], atol=1e-5)
+    # Same seed, same quick training as the command's run: identical logits on the CPU.
+    with np.load(demo_folder / "test_logits.npz") as first_run:
+        np.testing.assert_allclose(context.test_logits, first_run["logits"], atol=1e-6)
+
+    assert list(result.report.index) == ["Uncalibrated", "Sharpened x2", "Per-sample T"]
+    assert result.report.loc["Sharpened x2", "details"] == "logits doubled"
+    figure_file = tmp_path / "sharpened-x2_logit-histogram.png"
+    assert figure_file in result.files and figure_file.is_file()
+    assert "sharpened-x2_logit-histogram.png" in result.report_path.read_text()
+    np.testing.assert_allclose(
+        result.probabilities["Sharpened x2"], scipy_softmax(context.test_logits * 2.0, axis=1)
+    )
+    # A feature-based method sees [features, logits] and gets its temperature histogram.
+    temperatures = 1.0 + np.abs(context.test_features[:, 0])
+    np.testing.assert_allclose(
+        result.probabilities["Per-sample T"],
+        scipy_softmax(context.test_logits / temperatures[:, None], axis=1),
+    )
+    assert (tmp_path / "per-sample-t_temperature-per-test-sample.png").is_file()
+    assert result.report.loc["Per-sample T", "details"].startswith("T from 1")
+
+
+def test_method_names_must_be_distinct(tmp_path):
+    with pytest.raises(ValueError, match="distinct"):
+        run_demo(tmp_path, quick=True, methods=[METHODS[0], METHODS[0]], verbose=False)
+
+
+class FeatureTemperature:
+    """A stand-in for a per-sample temperature method: T(x) = 1 + |first feature|."""
+
+    def fit(self, X, y):
+        assert X.shape[1] == 64 + 10 and len(X) == len(y)
+        return self
+
+    def temperature(self, X):
+        return 1.0 + np.abs(X[:, 0])
+
+    def predict_proba(self, X):
+        return scipy_softmax(X[:, 64:] / self.temperature(X)[:, None], axis=1)
+
+
+def _histogram(values):
+    figure, ax = plt.subplots()
+    ax.hist(values.ravel(), bins=30)
+    return figure

@@ -1,0 +1,506 @@
+"""Tests of DIRECTOR (reliacal.finetune.director and its modules)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from reliacal.backbones import as_backbone
+from reliacal.datasets import (
+    default_digits_training_config,
+    load_digits_images,
+    train_digits_classifier,
+)
+from reliacal.finetune._director_modules import (
+    AdaLNBlock,
+    DirectorTrainingModule,
+    NoiseHead,
+    ReverseStep,
+    TransitionNetwork,
+    build_student,
+    key_padding_mask,
+    sinusoidal_step_embedding,
+)
+from reliacal.finetune.director import DiffusionReconfigurer
+
+VOCAB, PAD = 30, 0
+
+
+def tiny_vit(seed: int = 0, depth: int = 3) -> VisionTransformer:
+    torch.manual_seed(seed)
+    return VisionTransformer(
+        img_size=16,
+        patch_size=4,
+        in_chans=1,
+        num_classes=10,
+        embed_dim=32,
+        depth=depth,
+        num_heads=2,
+    )
+
+
+def tiny_bert(seed: int = 0):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        num_labels=3,
+        pad_token_id=PAD,
+    )
+    return BertForSequenceClassification(config).eval()
+
+
+def frozen_adapter(model: nn.Module):
+    adapter = as_backbone(copy.deepcopy(model)).eval()
+    adapter.requires_grad_(False)
+    return adapter
+
+
+def token_data(n: int, length: int = 8, seed: int = 0):
+    """Token ids whose label is the count of token 1 among the first 4, capped at 2; padded tails."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, VOCAB, size=(n, length))
+    ids[:, 1:5] = np.where(rng.random((n, 4)) < 0.3, 1, ids[:, 1:5])
+    lengths = rng.integers(5, length + 1, size=n)
+    ids[np.arange(length)[None, :] >= lengths[:, None]] = PAD
+    y = np.minimum((ids[:, 1:5] == 1).sum(axis=1), 2)
+    return ids, y
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The models are tiny: a second thread only adds contention on a shared machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits_images(image_size=16)
+    return X[:400], y[:400]
+
+
+@pytest.fixture(scope="module")
+def trained_teacher(digits):
+    X, y = digits
+    config = default_digits_training_config(quick=True, random_state=0)
+    config.max_epochs, config.batch_size, config.learning_rate = 10, 32, 3e-3
+    model, _ = train_digits_classifier(X, y, model=tiny_vit(), config=config)
+    return model
+
+
+@pytest.fixture(scope="module")
+def fitted_vit(digits, trained_teacher):
+    X, y = digits
+    estimator = DiffusionReconfigurer(
+        trained_teacher,
+        max_epochs=5,
+        batch_size=32,
+        learning_rate=3e-3,
+        warmup_epochs=0.5,
+        ema_decay=None,
+        noise_init=0.3,
+        n_samples=4,
+        device="cpu",
+        random_state=0,
+    )
+    return estimator.fit(X, y)
+
+
+# The network --------------------------------------------------------------------------------
+
+
+def test_sinusoidal_step_embedding_matches_the_formula():
+    emb = sinusoidal_step_embedding(torch.tensor([1.0, 5.0]), dim=4, max_period=100.0)
+    # half = 2: frequencies 100**0 = 1 and 100**(-1/2) = 0.1
+    expected = [
+        [math.cos(1), math.cos(0.1), math.sin(1), math.sin(0.1)],
+        [math.cos(5), math.cos(0.5), math.sin(5), math.sin(0.5)],
+    ]
+    np.testing.assert_allclose(emb.numpy(), expected, rtol=1e-6)
+    assert sinusoidal_step_embedding(torch.arange(3)).shape == (3, 256)
+    with pytest.raises(ValueError, match="even"):
+        sinusoidal_step_embedding(torch.arange(3), dim=5)
+
+
+def test_transition_network_is_the_identity_at_initialisation():
+    torch.manual_seed(0)
+    network = TransitionNetwork(16, depth=2, num_heads=4)
+    for block in network.blocks:
+        modulation = block.modulation[1]
+        assert torch.count_nonzero(modulation.weight) == 0
+        assert torch.count_nonzero(modulation.bias) == 0
+    h = torch.randn(3, 5, 16)
+    steps = torch.tensor([1, 2, 7])
+    assert torch.equal(network(h, steps), h)
+    # ...and stops being one once the modulation moves (the test can fail).
+    nn.init.normal_(network.blocks[0].modulation[1].bias)
+    assert not torch.allclose(network(h, steps), h)
+
+
+def test_adaln_block_ignores_padded_keys():
+    torch.manual_seed(0)
+    block = AdaLNBlock(8, num_heads=2)
+    nn.init.normal_(block.modulation[1].weight)
+    nn.init.normal_(block.modulation[1].bias)
+    h = torch.randn(2, 5, 8)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    changed = h.clone()
+    changed[1, 3:] = torch.randn(2, 8)
+    condition = torch.randn(2, 8)
+    out, out_changed = block(h, condition, mask), block(changed, condition, mask)
+    torch.testing.assert_close(out[1, :3], out_changed[1, :3])
+    assert not torch.allclose(block(h, condition), block(changed, condition))
+
+
+def test_noise_head_starts_at_noise_init_and_stays_positive():
+    head = NoiseHead(8, noise_init=0.02)
+    g = torch.randn(4, 3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(head(g), torch.full((4, 3, 8), 0.02))
+        nn.init.normal_(head.projection[1].weight, std=10.0)
+        head.offset.fill_(-50.0)
+        assert bool((head(g) > 0).all())
+    with pytest.raises(ValueError, match="noise_init"):
+        NoiseHead(8, noise_init=0.0)
+
+
+def test_mean_head_starts_as_the_transition_output():
+    step = ReverseStep(8, num_heads=2)
+    h = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        mu, _ = step(h, torch.tensor([1, 2]))
+    assert torch.equal(mu, h)
+
+
+def test_key_padding_mask_reads_every_context_form():
+    boolean = torch.tensor([[True, True, False]])[:, None, None, :].expand(1, 1, 3, 3)
+    additive = torch.where(boolean, 0.0, torch.finfo(torch.float32).min)
+    expected = [[True, True, False]]
+    assert key_padding_mask(boolean).tolist() == expected
+    assert key_padding_mask(additive).tolist() == expected
+    assert key_padding_mask(torch.tensor([[1, 1, 0]])).tolist() == expected
+    assert key_padding_mask(None) is None
+    with pytest.raises(ValueError, match="key mask"):
+        key_padding_mask(("not", "a mask"))
+
+
+# Student and teacher ------------------------------------------------------------------------
+
+
+def test_path_has_the_teacher_depth_and_k_steps_are_reconfigured():
+    teacher = frozen_adapter(tiny_vit(depth=3))
+    x = torch.randn(2, 1, 16, 16)
+    for k in (3, 1):
+        student = build_student(teacher, n_reconfigured=k)
+        calls: list[torch.Tensor] = []
+        student.step.register_forward_hook(
+            lambda module, args, out, calls=calls: calls.append(args[1])
+        )
+        with torch.no_grad():
+            student.sample_logits(x, n_samples=1)
+        assert student.depth == len(teacher.blocks) == 3
+        assert [int(steps[0]) for steps in calls] == list(range(4 - k, 4))
+
+
+def test_matching_error_follows_the_teacher_states_from_timm():
+    model = tiny_vit(depth=3)
+    teacher = frozen_adapter(model)
+    torch.manual_seed(1)
+    student = build_student(teacher, n_reconfigured=2, noise_init=0.1)
+    with torch.no_grad():  # move the step away from the identity so that the errors differ
+        for parameter in student.step.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    module = DirectorTrainingModule(teacher, student).eval()
+    x = torch.randn(4, 1, 16, 16)
+    with torch.no_grad():
+        _, mean_error, noise_error = module(x)
+        # Independent record of the block outputs: timm's own forward_intermediates.
+        states = model.eval().forward_intermediates(
+            x, indices=3, return_prefix_tokens=True, output_fmt="NLC", intermediates_only=True
+        )
+        states = [torch.cat([prefix, tokens], dim=1) for tokens, prefix in states]
+        expected_mean, expected_noise = torch.zeros(4), torch.zeros(4)
+        for t in (2, 3):
+            mu, sigma = student.step(states[t - 2], torch.full((4,), t))
+            expected_mean += ((mu - states[t - 1]) ** 2).mean(dim=(1, 2)) / 2
+            expected_noise += (sigma**2).mean(dim=(1, 2)) / 2
+    torch.testing.assert_close(mean_error, expected_mean)
+    torch.testing.assert_close(noise_error, expected_noise)
+
+
+def test_student_readout_starts_as_the_teacher_classifier():
+    model = tiny_vit()
+    teacher = frozen_adapter(model)
+    student = build_student(teacher, n_reconfigured=3)
+    h = torch.randn(2, 17, 32)
+    with torch.no_grad():
+        expected = model.eval().forward_head(model.norm(h))
+        torch.testing.assert_close(student.eval().readout(h, None), expected)
+
+
+def test_cross_entropy_reaches_the_noise_head_through_the_sampled_path():
+    teacher = frozen_adapter(tiny_vit())
+    student = build_student(teacher, n_reconfigured=3)
+    module = DirectorTrainingModule(teacher, student).train()
+    logits, _, _ = module(torch.randn(4, 1, 16, 16))
+    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 3])).backward()
+    assert student.step.noise_head.offset.grad.abs().sum() > 0
+    assert all(p.grad is None for p in teacher.parameters())
+
+
+# The estimator ------------------------------------------------------------------------------
+
+
+def test_vit_shapes_rows_and_uncertainty(fitted_vit, digits):
+    X, _ = digits
+    proba = fitted_vit.predict_proba(X[:20])
+    assert proba.shape == (20, 10)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-10)
+    np.testing.assert_allclose(
+        np.exp(fitted_vit.decision_function(X[:20])), proba, rtol=1e-10, atol=1e-300
+    )
+    assert fitted_vit.predict(X[:20]).shape == (20,)
+    table = fitted_vit.uncertainty(X[:20])
+    assert table.shape == (20, 3)
+    assert (table.to_numpy() >= 0).all()
+    assert table["mutual_information"].max() > 0  # noise_init=0.3: the paths disagree
+    np.testing.assert_allclose(
+        table["predictive_entropy"], -(proba * np.log(proba)).sum(axis=1), rtol=1e-10
+    )
+    assert 0.0 <= fitted_vit.score(X[:20], digits[1][:20]) <= 1.0
+
+
+def test_training_lowers_matching_and_cross_entropy(fitted_vit):
+    first, last = fitted_vit.history_[0], fitted_vit.history_[-1]
+    assert len(fitted_vit.history_) == 5
+    assert last["train_mean_matching"] < 0.8 * first["train_mean_matching"]
+    assert last["train_cross_entropy"] < 0.8 * first["train_cross_entropy"]
+    assert "val_cross_entropy" in last and "val_ece" in last
+
+
+def test_parameter_counts_are_exact(fitted_vit):
+    teacher = as_backbone(fitted_vit.backbone)
+    student = fitted_vit.model_
+    assert fitted_vit.teacher_n_parameters_ == sum(p.numel() for p in teacher.parameters())
+    replaced = sum(p.numel() for block in teacher.blocks for p in block.parameters())
+    added = sum(p.numel() for p in student.step.parameters()) + sum(
+        p.numel() for p in student.readout_mlp.parameters()
+    )
+    assert fitted_vit.n_parameters_ == fitted_vit.teacher_n_parameters_ - replaced + added
+
+
+def test_sampling_is_reproducible_and_averaging_reduces_variance(fitted_vit, digits):
+    X = digits[0][:30]
+    again = clone(fitted_vit).set_params(random_state=0)
+    assert again.get_params()["noise_init"] == 0.3
+    first = fitted_vit.predict_proba(X, n_samples=1)
+    np.testing.assert_array_equal(first, fitted_vit.predict_proba(X, n_samples=1))
+    estimator = copy.deepcopy(fitted_vit)
+
+    def spread(n_samples: int) -> float:
+        draws = []
+        for seed in range(6):
+            draws.append(estimator.set_params(random_state=seed).predict_proba(X, n_samples))
+        return float(np.var(np.stack(draws), axis=0).mean())
+
+    single, averaged = spread(1), spread(16)
+    assert single > 0
+    assert averaged < single / 4  # independent paths: about 1/16
+
+
+def test_pickle_round_trip_predicts_identically(fitted_vit, digits):
+    X = digits[0][:10]
+    restored = pickle.loads(pickle.dumps(fitted_vit))
+    np.testing.assert_array_equal(restored.predict_proba(X), fitted_vit.predict_proba(X))
+    np.testing.assert_array_equal(restored.classes_, fitted_vit.classes_)
+
+
+def test_mutual_information_is_zero_without_noise(fitted_vit, digits):
+    X = digits[0][:10]
+    estimator = copy.deepcopy(fitted_vit)
+
+    class Silent(nn.Module):
+        def forward(self, g):
+            return torch.zeros_like(g)
+
+    estimator.model_.step.noise_head = Silent()
+    table = estimator.uncertainty(X, n_samples=5)
+    assert (table.to_numpy() >= 0).all()
+    np.testing.assert_allclose(table["mutual_information"], 0.0, atol=1e-12)
+    np.testing.assert_allclose(
+        estimator.set_params(random_state=1).predict_proba(X),
+        estimator.set_params(random_state=2).predict_proba(X),
+        atol=1e-12,
+    )
+
+
+def test_reconfigure_k_leaves_the_front_blocks_untouched_and_frozen(digits):
+    X, y = digits
+    model = tiny_vit(depth=3)
+    original = copy.deepcopy(model.state_dict())
+    estimator = DiffusionReconfigurer(
+        model, reconfigure=1, max_epochs=1, batch_size=64, device="cpu", random_state=0
+    ).fit(X[:128], y[:128])
+    assert estimator.n_reconfigured_ == 1 and estimator.n_blocks_ == 3
+    backbone = estimator.model_.backbone
+    for index in range(2):
+        for name, parameter in backbone.blocks[index].named_parameters():
+            assert not parameter.requires_grad
+            torch.testing.assert_close(
+                parameter, original[f"blocks.{index}.{name}"], rtol=0, atol=0
+            )
+    # The embedding in front of frozen blocks stays the teacher's too.
+    assert not backbone.model.patch_embed.proj.weight.requires_grad
+    torch.testing.assert_close(
+        backbone.model.patch_embed.proj.weight, original["patch_embed.proj.weight"]
+    )
+    # The replaced block is gone from the student; the trained classifier moved.
+    assert isinstance(backbone.blocks[2], nn.Identity)
+    assert not torch.equal(backbone.model.head.weight, original["head.weight"])
+    # The user's model is not modified in any way.
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, original[name])
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_bert_teacher_with_padding(digits):
+    ids, y = token_data(96)
+    estimator = DiffusionReconfigurer(
+        tiny_bert(),
+        max_epochs=2,
+        batch_size=32,
+        lambda_mean=0.8,
+        lambda_ce=0.2,
+        n_samples=3,
+        classes=["none", "one", "many"],
+        device="cpu",
+        random_state=0,
+    )
+    labels = np.array(["none", "one", "many"])[y]
+    estimator.fit(ids, labels)
+    proba = estimator.predict_proba(ids[:7])
+    assert proba.shape == (7, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-10)
+    assert set(estimator.predict(ids[:7])) <= {"none", "one", "many"}
+    assert estimator.uncertainty(ids[:7]).shape == (7, 3)
+    as_dict = {"input_ids": ids[:7], "attention_mask": (ids[:7] != PAD).astype(np.int64)}
+    np.testing.assert_allclose(estimator.predict_proba(as_dict), proba, atol=1e-6)
+    assert estimator.n_blocks_ == 2
+    # Padding is masked in the student's attention: extra padding changes nothing.
+    silent = copy.deepcopy(estimator)
+    silent.model_.step.noise_head = type(
+        "Silent", (nn.Module,), {"forward": lambda self, g: torch.zeros_like(g)}
+    )()
+    short = np.where(np.arange(8) < 5, ids[:4], PAD)
+    padded = np.concatenate([short, np.full((4, 3), PAD)], axis=1)
+    np.testing.assert_allclose(
+        silent.predict_proba(short, n_samples=1),
+        silent.predict_proba(padded, n_samples=1),
+        atol=1e-5,
+    )
+
+
+def test_hugging_face_vit_teacher(digits):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    X, y = digits
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=16,
+        patch_size=4,
+        num_channels=1,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=10,
+    )
+    estimator = DiffusionReconfigurer(
+        ViTForImageClassification(config),
+        reconfigure=1,
+        max_epochs=1,
+        n_samples=2,
+        device="cpu",
+        random_state=0,
+    ).fit(X[:64], y[:64])
+    proba = estimator.predict_proba(X[:5])
+    assert proba.shape == (5, 10)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-10)
+    assert estimator.n_blocks_ == 2 and estimator.n_reconfigured_ == 1
+
+
+def test_dataset_and_dataloader_inputs(digits):
+    X, y = digits
+    data = TensorDataset(torch.from_numpy(X[:96]), torch.from_numpy(y[:96]))
+    names = [f"digit {k}" for k in range(10)]
+    estimator = DiffusionReconfigurer(
+        tiny_vit(), max_epochs=1, n_samples=2, classes=names, device="cpu", random_state=0
+    ).fit(DataLoader(data, batch_size=32))
+    assert estimator.classes_[3] == "digit 3"
+    assert estimator.predict(data)[0] in names
+    accuracy = estimator.score(DataLoader(data, batch_size=50))
+    expected = np.mean(estimator.predict(X[:96]) == np.asarray(names)[y[:96]])
+    assert accuracy == pytest.approx(expected)
+    shifted = TensorDataset(torch.from_numpy(X[:8]), torch.from_numpy(y[:8]) + 10)
+    with pytest.raises(ValueError, match="column indices"):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(shifted)
+
+
+def test_clone_and_get_params():
+    estimator = DiffusionReconfigurer(tiny_vit(), depth=2, reconfigure=2, n_samples=7)
+    params = clone(estimator).get_params()
+    assert params["depth"] == 2 and params["reconfigure"] == 2 and params["n_samples"] == 7
+    assert not hasattr(estimator, "model_")
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"reconfigure": 4}, "exceeds"),
+        ({"reconfigure": 0}, "reconfigure"),
+        ({"reconfigure": "some"}, "reconfigure"),
+        ({"depth": 0}, "depth"),
+        ({"lambda_mean": -1.0}, "lambda_mean"),
+        ({"lambda_mean": 0.0, "lambda_ce": 0.0}, "at least one"),
+        ({"noise_init": 0.0}, "noise_init"),
+        ({"n_samples": 0}, "n_samples"),
+        ({"classes": [0, 1]}, "one label per column"),
+    ],
+)
+def test_bad_parameters_raise(params, match, digits):
+    X, y = digits
+    with pytest.raises(ValueError, match=match):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu", **params).fit(X[:8], y[:8])
+
+
+def test_bad_inputs_raise(fitted_vit, digits):
+    X, y = digits
+    with pytest.raises(ValueError, match="not column indices"):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(X[:8], y[:8] + 20)
+    with pytest.raises(ValueError, match="y is required"):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(X[:8])
+    with pytest.raises(ValueError, match="n_samples"):
+        fitted_vit.predict_proba(X[:2], n_samples=0)
+    with pytest.raises(ValueError, match="backbone"):
+        DiffusionReconfigurer().fit(X[:8], y[:8])
+    plain = as_backbone(nn.Sequential(nn.Flatten(), nn.Linear(256, 10)), features="0", head="1")
+    with pytest.raises(ValueError, match="reconfiguration"):
+        DiffusionReconfigurer(plain, max_epochs=1, device="cpu").fit(X[:8], y[:8])

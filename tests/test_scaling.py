@@ -1,0 +1,204 @@
+"""VectorScaling and MatrixScaling (Dirichlet calibration with input="probs")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_record
+from scipy.optimize import check_grad
+from scipy.special import log_softmax
+from sklearn.linear_model import LogisticRegression
+
+from reliacal.calibrators import ConvergenceWarning, MatrixScaling, VectorScaling
+from reliacal.metrics import negative_log_likelihood
+
+
+def _problem(seed, n=600, n_classes=4):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, size=n)
+    # Miscalibrated on purpose: overconfident, with a class bias and class mixing.
+    logits = 2.0 * np.eye(n_classes)[y] + 1.5 * rng.normal(size=(n, n_classes))
+    logits = 1.5 * logits @ (np.eye(n_classes) + 0.3 * rng.random((n_classes, n_classes)))
+    return logits + np.linspace(0.0, 1.5, n_classes), y
+
+
+def _torch_reference(logits, y, kind, reg_off_diagonal=0.0, reg_bias=0.0):
+    """The same objective written with autograd and minimised with torch's LBFGS."""
+    z = torch.from_numpy(logits).double()
+    target = torch.from_numpy(y)
+    n_classes = z.shape[1]
+    if kind == "vector":
+        scale = torch.ones(n_classes, dtype=torch.float64, requires_grad=True)
+        parameters = [scale]
+    else:
+        scale = torch.eye(n_classes, dtype=torch.float64, requires_grad=True)
+        parameters = [scale]
+    bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    parameters.append(bias)
+    optimizer = torch.optim.LBFGS(
+        parameters,
+        lr=1.0,
+        max_iter=1000,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-15,
+        line_search_fn="strong_wolfe",
+    )
+    off_diagonal_mask = 1.0 - torch.eye(n_classes, dtype=torch.float64)
+
+    def closure():
+        optimizer.zero_grad()
+        calibrated = z * scale + bias if kind == "vector" else z @ scale.T + bias
+        loss = torch.nn.functional.cross_entropy(calibrated, target)
+        if kind == "matrix":
+            loss = (
+                loss
+                + reg_off_diagonal
+                / (n_classes * (n_classes - 1))
+                * ((scale * off_diagonal_mask) ** 2).sum()
+            )
+        loss = loss + reg_bias / n_classes * (bias**2).sum()
+        loss.backward()
+        return loss
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: a thread pool only adds overhead
+    try:
+        optimizer.step(closure)
+        loss = float(closure().detach())
+    finally:
+        torch.set_num_threads(threads)
+    with torch.no_grad():
+        calibrated = z * scale + bias if kind == "vector" else z @ scale.T + bias
+        return torch.softmax(calibrated, dim=1).numpy(), loss
+
+
+@pytest.mark.parametrize(
+    ("estimator", "kind"),
+    [
+        (VectorScaling(), "vector"),
+        (VectorScaling(reg_bias=2.0), "vector"),
+        (MatrixScaling(), "matrix"),
+        (MatrixScaling(reg_off_diagonal=5.0, reg_bias=1.0), "matrix"),
+    ],
+)
+def test_matches_an_autograd_reference(estimator, kind):
+    logits, y = _problem(0)
+    fitted = estimator.fit(logits, y)
+    reference, reference_loss = _torch_reference(
+        logits,
+        y,
+        kind,
+        getattr(estimator, "reg_off_diagonal", 0.0),
+        estimator.reg_bias,
+    )
+    parameters = np.concatenate([fitted.coef_.ravel(), fitted.intercept_])
+    weights = np.full(len(y), 1.0 / len(y))
+    loss = fitted._loss(parameters, logits, y, weights)[0]
+    assert loss <= reference_loss + 1e-9
+    np.testing.assert_allclose(fitted.predict_proba(logits), reference, atol=1e-4)
+
+
+def test_unregularised_matrix_scaling_is_multinomial_logistic_regression():
+    logits, y = _problem(1)
+    fitted = MatrixScaling(tol=1e-9).fit(logits, y)
+    reference = LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(logits, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(logits), reference.predict_proba(logits), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("estimator", [VectorScaling(reg_bias=0.7), MatrixScaling(3.0, 0.7)])
+def test_analytic_gradient_matches_finite_differences(estimator):
+    logits, y = _problem(2, n=50, n_classes=3)
+    weights = np.random.default_rng(3).random(50)
+    weights /= weights.sum()
+    n_parameters = 12 if isinstance(estimator, MatrixScaling) else 6
+    parameters = np.random.default_rng(4).normal(size=n_parameters)
+
+    def loss(theta):
+        return estimator._loss(theta, logits, y, weights)[0]
+
+    def gradient(theta):
+        return estimator._loss(theta, logits, y, weights)[1]
+
+    scale = max(1.0, np.abs(gradient(parameters)).max())
+    assert check_grad(loss, gradient, parameters) < 1e-6 * scale
+
+
+def test_odir_penalties_shrink_their_parameters():
+    logits, y = _problem(5)
+    free = MatrixScaling().fit(logits, y)
+    shrunk = MatrixScaling(reg_off_diagonal=1e5, reg_bias=1e5).fit(logits, y)
+    off_diagonal = ~np.eye(4, dtype=bool)
+    assert np.abs(free.coef_[off_diagonal]).max() > 0.05
+    assert np.abs(shrunk.coef_[off_diagonal]).max() < 1e-3
+    assert np.abs(shrunk.intercept_).max() < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("name", "estimator"),
+    [
+        ("wideresnet-16-4-cifar-10", VectorScaling()),
+        ("lenet-5-cifar-100", VectorScaling()),
+        ("wideresnet-16-4-cifar-10", MatrixScaling(1e-2, 1e-2)),
+        ("lenet-5-cifar-10", MatrixScaling(1e-2, 1e-2)),
+    ],
+)
+def test_reduces_validation_nll_on_cifar_records(name, estimator):
+    probabilities, labels = load_record(name)
+    order = np.random.default_rng(0).permutation(len(labels))
+    calibration, evaluation = order[:5000], order[5000:]
+    fitted = estimator.set_params(input="probs").fit(
+        probabilities[calibration], labels[calibration]
+    )
+    before = negative_log_likelihood(labels[evaluation], probabilities[evaluation])
+    after = negative_log_likelihood(
+        labels[evaluation], fitted.predict_proba(probabilities[evaluation])
+    )
+    assert after < before
+
+
+def test_dirichlet_calibration_is_matrix_scaling_of_log_probabilities():
+    probabilities, labels = load_record("lenet-5-cifar-10")
+    probabilities, labels = probabilities[:2000], labels[:2000]
+    dirichlet = MatrixScaling(0.1, 0.1, input="probs").fit(probabilities, labels)
+    on_logs = MatrixScaling(0.1, 0.1).fit(np.log(probabilities), labels)
+    np.testing.assert_allclose(dirichlet.coef_, on_logs.coef_, atol=1e-10)
+    np.testing.assert_allclose(
+        dirichlet.predict_proba(probabilities[:50]),
+        on_logs.predict_proba(np.log(probabilities[:50])),
+        atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("estimator", [VectorScaling(), MatrixScaling(), MatrixScaling(1.0, 1.0)])
+def test_calibration_split_missing_classes(estimator):
+    logits, y = _problem(6, n=1200, n_classes=6)
+    present = y < 4  # classes 4 and 5 never occur in the calibration split
+    fitted = estimator.fit(logits[present], y[present])
+    np.testing.assert_array_equal(fitted.classes_, np.arange(6))
+    probabilities = fitted.predict_proba(logits)
+    assert probabilities.shape == (1200, 6)
+    assert np.all(np.isfinite(probabilities))
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
+    # Better than the raw logits on the classes it saw.
+    raw = negative_log_likelihood(y[present], np.exp(log_softmax(logits[present], axis=1)))
+    assert negative_log_likelihood(y[present], probabilities[present]) < raw
+
+
+def test_string_classes_and_dataframe_input():
+    pandas = pytest.importorskip("pandas")
+    logits, y = _problem(7, n_classes=3)
+    names = np.array(["cat", "dog", "eel"])
+    frame = pandas.DataFrame(logits, columns=list(names))
+    fitted = VectorScaling(classes=names).fit(frame, names[y])
+    assert fitted.predict(frame).dtype.kind == "U"
+    np.testing.assert_array_equal(fitted.feature_names_in_, names)
+    assert fitted.score(frame, names[y]) > 0.5
+
+
+def test_non_convergence_is_reported():
+    logits, y = _problem(8)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        MatrixScaling(max_iter=2).fit(logits, y)
