@@ -16,8 +16,9 @@ fitted on the calibration half and scored on the test half:
   ``DIRICHLET_100_NOTE``);
 - ``AdaptiveTS`` with its defaults and the logits as features
   (``random_state`` = the split index), predicting at the posterior mean of
-  the latent code (its default) and, in a second row, averaging over
-  ``N_SAMPLES`` seeded latent samples.
+  the latent code (its default) and, in a second row, the same fitted
+  network averaging its probabilities over ``N_SAMPLES`` seeded latent
+  samples.
 
 On the digits, a tiny timm ViT is trained once on the demo's training split
 (:func:`reliacal.datasets.train_digits_classifier`); its pooled pre-logits
@@ -90,6 +91,14 @@ RECORDS = (
 CALIBRATION_SIZE = 5000
 MS_GRID = (1e-3, 1e-2, 1e-1, 1.0)
 N_SAMPLES = 32
+TUNING_NOTE = (
+    "How AdaptiveTS's defaults were chosen (not a held-out selection): on 3 of these same",
+    "CIFAR splits, validation_fraction 0.2 beat 0.1 (sklearn's default) on the mean ECE of",
+    "all four records; weight_decay 0.01 / 0.1, learning_rate 1e-4 and latent_dim 4 did not",
+    "win more records. On the digits, none of weight_decay 0.1 / 1, n_iter_no_change 20,",
+    "validation_fraction 0.3 or learning_rate 1e-4 brought both a lower mean ECE than",
+    "TemperatureScaling and an NLL within 1% of its NLL.",
+)
 DIRICHLET_100_NOTE = (
     "too slow for this benchmark's budget: one fit on a 5,000 x 100 calibration half took "
     "633 s here at lambda = 0.1 and stopped at 3,000 L-BFGS iterations"
@@ -125,15 +134,11 @@ def dirichlet_odir(logits, y, seed):
     return model
 
 
-def make_methods(
-    adaptive_params: dict, *, dirichlet: bool, with_features: bool
-) -> dict[str, tuple[Callable, bool]]:
+def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, tuple[Callable, bool]]:
     """Name -> ``(fit(X, y, seed) -> fitted model, reads the features beside the logits)``."""
 
-    def adaptive(**extra):
-        return lambda X, y, seed: AdaptiveTS(random_state=seed, **adaptive_params, **extra).fit(
-            X, y
-        )
+    def adaptive():
+        return lambda X, y, seed: AdaptiveTS(random_state=seed, **adaptive_params).fit(X, y)
 
     methods: dict[str, tuple[Callable, bool]] = {
         "TemperatureScaling": (lambda X, y, seed: TemperatureScaling().fit(X, y), False),
@@ -142,7 +147,6 @@ def make_methods(
     if dirichlet:
         methods["Dirichlet (MS + ODIR)"] = (dirichlet_odir, False)
     methods["AdaptiveTS (logits)"] = (adaptive(), False)
-    methods[f"AdaptiveTS (logits, n_samples={N_SAMPLES})"] = (adaptive(n_samples=N_SAMPLES), False)
     return methods
 
 
@@ -189,24 +193,23 @@ def run_splits(
                     f"T {temperature.mean():.3f} +- {temperature.std():.3f}"
                 )
             record(name, model.predict_proba(X[test]), y[test], seconds, extra)
+            if isinstance(model, AdaptiveTS):
+                # The same fitted network, predicting with the seeded latent samples.
+                model.set_params(n_samples=N_SAMPLES)
+                sampled = model.predict_proba(X[test])
+                record(f"{name[:-1]}, n_samples={N_SAMPLES})", sampled, y[test], seconds)
     return results
 
 
 def feature_methods(adaptive_params: dict, n_logits: int) -> dict[str, tuple[Callable, bool]]:
     """AdaptiveTS on the pooled features beside the logits (``n_logits`` last columns)."""
 
-    def adaptive(**extra):
+    def adaptive():
         return lambda X, y, seed: AdaptiveTS(
-            n_logits=n_logits, random_state=seed, **adaptive_params, **extra
+            n_logits=n_logits, random_state=seed, **adaptive_params
         ).fit(X, y)
 
-    return {
-        "AdaptiveTS (features + logits)": (adaptive(), True),
-        f"AdaptiveTS (features + logits, n_samples={N_SAMPLES})": (
-            adaptive(n_samples=N_SAMPLES),
-            True,
-        ),
-    }
+    return {"AdaptiveTS (features + logits)": (adaptive(), True)}
 
 
 def random_splits(n: int, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -307,13 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, flush=True)
 
-    command = "python benchmarks/posthoc_quality.py " + " ".join(
+    command = ".venv/bin/python benchmarks/posthoc_quality.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
     report = [
         "# Post-hoc calibration quality",
         "",
-        f"Command: `.venv/{command.strip()}` (torch {torch.__version__}, "
+        f"Command: `{command.strip()}` (torch {torch.__version__}, "
         f"{args.threads} torch/BLAS thread(s), {platform.machine()}, a shared 2-core machine: "
         "fit times are indicative only).",
         "",
@@ -332,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         + ".",
         "- AdaptiveTS: default hyperparameters"
         + (f" except {adaptive_params}" if adaptive_params else "")
-        + ", random_state = split index; the `n_samples` rows average the probabilities over "
-        f"{N_SAMPLES} latent samples (seeded) instead of using the posterior mean.",
+        + ", random_state = split index; each `n_samples` row is the fitted network of the row "
+        f"above, averaging its probabilities over {N_SAMPLES} seeded latent samples instead of "
+        "predicting at the posterior mean (the default).",
         "",
     ]
     summary = []
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         summary += ["- digits: " + line for line in verdict(results)]
 
-    report += ["## AdaptiveTS against TemperatureScaling", "", *summary, ""]
+    report += ["## AdaptiveTS against TemperatureScaling", "", *summary, "", *TUNING_NOTE, ""]
     report += [f"Total time: {time.perf_counter() - started:.0f} s.", ""]
     text = "\n".join(report)
     print(text)

@@ -312,6 +312,33 @@ def test_features_and_logits_side_by_side():
     np.testing.assert_array_equal(proba.argmax(axis=1), logits.argmax(axis=1))
 
 
+@pytest.mark.parametrize(
+    ("n_features", "expected"),
+    [(3, (128, 64, 64)), (50, (200, 100, 100)), (300, (1024, 512, 512))],
+)
+def test_auto_widths_are_the_published_ones_for_wide_features(n_features, expected):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=40)
+    X = rng.normal(size=(40, n_features))
+    params = {**TINY, "hidden_layer_sizes": "auto", "max_epochs": 1}
+    if n_features > 3:
+        X = np.hstack([X, rng.normal(size=(40, 3))])
+        params["n_logits"] = 3
+    network = AdaptiveTS(**params).fit(X, y).network_
+    widths = tuple(m.out_features for m in network.encoder if isinstance(m, torch.nn.Linear))
+    assert widths == expected
+
+
+def test_probabilities_input_is_calibrated_through_their_logs():
+    logits, y = _logit_problem()
+    probabilities = softmax(logits, axis=1)
+    from_probs = AdaptiveTS(**TINY, input="probs").fit(probabilities, y)
+    from_logs = AdaptiveTS(**TINY).fit(np.log(probabilities), y)
+    np.testing.assert_allclose(
+        from_probs.predict_proba(probabilities), from_logs.predict_proba(np.log(probabilities))
+    )
+
+
 class _TinyClassifier(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -504,3 +504,13 @@ def test_bad_inputs_raise(fitted_vit, digits):
     plain = as_backbone(nn.Sequential(nn.Flatten(), nn.Linear(256, 10)), features="0", head="1")
     with pytest.raises(ValueError, match="reconfiguration"):
         DiffusionReconfigurer(plain, max_epochs=1, device="cpu").fit(X[:8], y[:8])
+
+
+def test_score_on_a_shuffling_loader_pairs_each_prediction_with_its_label(digits, fitted_vit):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    X, y = digits
+    X, y = torch.as_tensor(X[:64]), torch.as_tensor(y[:64])
+    loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
+    expected = fitted_vit.score(X.numpy(), y.numpy())
+    assert fitted_vit.score(loader) == pytest.approx(expected)

@@ -54,7 +54,7 @@ import os
 from typing import Any
 
 import numpy as np
-from scipy.special import softmax
+from scipy.special import log_softmax, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning as _SklearnConvergenceWarning
 from sklearn.metrics import accuracy_score
@@ -364,11 +364,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             # At predict time the n_features_in_ check speaks first.
             ensure_min_features=2 if reset else 1,
         )
-        X = check_logits(X)
-        features, logits = self._split_columns(X)
-        if self.input == "probs":
-            logits = self._probabilities_to_logits(logits)
-        return features, logits
+        return self._split_columns(check_logits(X))
 
     def _backbone_outputs(self, X: Any, y: Any):
         from ..backbones import extract_outputs
@@ -383,18 +379,31 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             memory=self.memory,
             verbose=self.verbose,
         )
-        logits = check_logits(logits, name="backbone logits")
+        return pooled, check_logits(logits, name="backbone logits"), y
+
+    def _validated_inputs(self, X: Any, y: Any, *, reset: bool):
+        """``(features, logits, y)`` in the input mode of the parameters.
+
+        ``reset`` is True at fit only: the backbone is wrapped anew and
+        ``n_features_in_`` is set rather than checked.
+        """
+        if self.backbone is not None:
+            if reset:
+                from ..backbones import as_backbone
+
+                self.backbone_ = as_backbone(self.backbone)
+            features, logits, y = self._backbone_outputs(X, y)
+        else:
+            features, logits = self._logits_mode_inputs(X, reset=reset)
+        # In logits mode after _split_columns: only the logit block holds probabilities.
         if self.input == "probs":
             logits = self._probabilities_to_logits(logits)
-        return pooled, logits, y
+        return features, logits, y
 
     def _transform_inputs(self, X: Any, y: Any = None):
         """Validated ``(features, logits, y)`` of a fitted calibrator."""
         check_is_fitted(self, "classes_")
-        if self.backbone is not None:
-            features, logits, y = self._backbone_outputs(X, y)
-        else:
-            features, logits = self._logits_mode_inputs(X, reset=False)
+        features, logits, y = self._validated_inputs(X, y, reset=False)
         if logits.shape[1] != self.classes_.shape[0]:
             raise ValueError(
                 f"X has {logits.shape[1]} logit columns, but {type(self).__name__} was fitted "
@@ -422,13 +431,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         self
             The fitted calibrator.
         """
-        if self.backbone is not None:
-            from ..backbones import as_backbone
-
-            self.backbone_ = as_backbone(self.backbone)
-            features, logits, y = self._backbone_outputs(X, y)
-        else:
-            features, logits = self._logits_mode_inputs(X, reset=True)
+        features, logits, y = self._validated_inputs(X, y, reset=True)
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
@@ -494,8 +497,6 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples, K)
             ``log(predict_proba(X))``, computed stably from the logits.
         """
-        from scipy.special import log_softmax
-
         return log_softmax(self.decision_function(X), axis=1)
 
     def _predict_proba_with_labels(self, X: Any, y: Any):

@@ -55,7 +55,18 @@ def _nll_and_logit_gradient(calibrated, y_index, weights):
 
 
 class _LogitScaling(BaseCalibrator):
-    """Shared fit of the linear logit maps; subclasses define the parameterisation."""
+    """One L-BFGS fit for the maps ``softmax(map(coef, z) + b)``; subclasses define the map.
+
+    The parameter vector is ``coef.ravel()`` followed by the ``K`` intercepts, and the
+    intercept part of ODIR is the same for every map, so a subclass only supplies:
+
+    - ``_coef_shape(K)``: the shape of ``coef``;
+    - ``_initial_coef(K)``: the ``coef`` of the identity map (the starting point);
+    - ``_apply_coef(coef, logits)``: ``map(coef, z)`` (also used at predict time);
+    - ``_coef_objective(coef, logits, logit_gradient)``: the ``coef`` part of the
+      penalty and the gradient of the loss in ``coef``, given the gradient of the
+      NLL in the calibrated logits.
+    """
 
     _parameter_constraints: dict = {
         **BaseCalibrator._parameter_constraints,
@@ -64,17 +75,29 @@ class _LogitScaling(BaseCalibrator):
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
-    def _initial_parameters(self, n_classes: int) -> np.ndarray:
+    def _coef_shape(self, n_classes: int) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def _parameters_per_class(self, n_classes: int) -> int:
+    def _initial_coef(self, n_classes: int) -> np.ndarray:
         raise NotImplementedError
 
-    def _unpack(self, parameters: np.ndarray, n_classes: int):
+    def _apply_coef(self, coef: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _coef_objective(self, coef, logits, logit_gradient) -> tuple[float, np.ndarray]:
         raise NotImplementedError
 
     def _loss(self, parameters, logits, y_index, weights):
-        raise NotImplementedError
+        n_classes = logits.shape[1]
+        coef = parameters[:-n_classes].reshape(self._coef_shape(n_classes))
+        bias = parameters[-n_classes:]
+        calibrated = self._apply_coef(coef, logits) + bias
+        nll, gradient = _nll_and_logit_gradient(calibrated, y_index, weights)
+        coef_penalty, grad_coef = self._coef_objective(coef, logits, gradient)
+        bias_weight = self.reg_bias / n_classes
+        loss = nll + coef_penalty + bias_weight * float(bias @ bias)
+        grad_bias = gradient.sum(axis=0) + 2.0 * bias_weight * bias
+        return loss, np.concatenate([grad_coef.ravel(), grad_bias])
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         logits = np.asarray(logits, dtype=np.float64)
@@ -83,15 +106,15 @@ class _LogitScaling(BaseCalibrator):
             weights = np.full(n_samples, 1.0 / n_samples)
         else:
             weights = sample_weight / sample_weight.sum()
+        initial = np.concatenate([self._initial_coef(n_classes).ravel(), np.zeros(n_classes)])
         # Small problems run on one BLAS thread: waking a thread pool for each tiny
         # matrix product inside L-BFGS made a 5000 x 10 fit ten times slower (measured
         # on a busy 2-core machine), while large ones gain from the threads.
-        small = n_samples * self._parameters_per_class(n_classes) * n_classes < _SMALL_PROBLEM
-        threads = 1 if small else None
-        with threadpool_limits(limits=threads, user_api="blas"):
+        small = n_samples * initial.size < _SMALL_PROBLEM
+        with threadpool_limits(limits=1 if small else None, user_api="blas"):
             result = minimize(
                 self._loss,
-                self._initial_parameters(n_classes),
+                initial,
                 args=(logits, y_index, weights),
                 jac=True,
                 method="L-BFGS-B",
@@ -104,8 +127,13 @@ class _LogitScaling(BaseCalibrator):
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        self.coef_, self.intercept_ = self._unpack(result.x, n_classes)
+        # Own arrays, not two views of one parameter vector.
+        self.coef_ = result.x[:-n_classes].reshape(self._coef_shape(n_classes)).copy()
+        self.intercept_ = result.x[-n_classes:].copy()
         self.n_iter_ = int(result.nit)
+
+    def _calibrated_logits(self, features, logits):
+        return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
 
 
 class VectorScaling(_LogitScaling):
@@ -222,27 +250,18 @@ class VectorScaling(_LogitScaling):
         self.memory = memory
         self.verbose = verbose
 
-    def _initial_parameters(self, n_classes):
-        return np.concatenate([np.ones(n_classes), np.zeros(n_classes)])
+    def _coef_shape(self, n_classes):
+        return (n_classes,)
 
-    def _parameters_per_class(self, n_classes):
-        return 2
+    def _initial_coef(self, n_classes):
+        return np.ones(n_classes)
 
-    def _unpack(self, parameters, n_classes):
-        return parameters[:n_classes].copy(), parameters[n_classes:].copy()
+    def _apply_coef(self, coef, logits):
+        return logits * coef
 
-    def _loss(self, parameters, logits, y_index, weights):
-        n_classes = logits.shape[1]
-        scale, bias = self._unpack(parameters, n_classes)
-        nll, gradient = _nll_and_logit_gradient(logits * scale + bias, y_index, weights)
-        bias_weight = self.reg_bias / n_classes
-        loss = nll + bias_weight * float(bias @ bias)
-        grad_scale = np.einsum("ij,ij->j", gradient, logits)
-        grad_bias = gradient.sum(axis=0) + 2.0 * bias_weight * bias
-        return loss, np.concatenate([grad_scale, grad_bias])
-
-    def _calibrated_logits(self, features, logits):
-        return np.asarray(logits, dtype=np.float64) * self.coef_ + self.intercept_
+    def _coef_objective(self, coef, logits, logit_gradient):
+        # ODIR's off-diagonal part is zero for a diagonal map: no penalty on w.
+        return 0.0, np.einsum("ij,ij->j", logit_gradient, logits)
 
 
 class MatrixScaling(_LogitScaling):
@@ -374,27 +393,18 @@ class MatrixScaling(_LogitScaling):
         self.memory = memory
         self.verbose = verbose
 
-    def _initial_parameters(self, n_classes):
-        return np.concatenate([np.eye(n_classes).ravel(), np.zeros(n_classes)])
+    def _coef_shape(self, n_classes):
+        return (n_classes, n_classes)
 
-    def _parameters_per_class(self, n_classes):
-        return n_classes + 1
+    def _initial_coef(self, n_classes):
+        return np.eye(n_classes)
 
-    def _unpack(self, parameters, n_classes):
-        matrix = parameters[: n_classes * n_classes].reshape(n_classes, n_classes).copy()
-        return matrix, parameters[n_classes * n_classes :].copy()
+    def _apply_coef(self, coef, logits):
+        return logits @ coef.T
 
-    def _loss(self, parameters, logits, y_index, weights):
-        n_classes = logits.shape[1]
-        matrix, bias = self._unpack(parameters, n_classes)
-        nll, gradient = _nll_and_logit_gradient(logits @ matrix.T + bias, y_index, weights)
-        off_diagonal = matrix - np.diag(np.diag(matrix))
+    def _coef_objective(self, coef, logits, logit_gradient):
+        n_classes = coef.shape[0]
+        off_diagonal = coef - np.diag(np.diag(coef))
         off_weight = self.reg_off_diagonal / (n_classes * (n_classes - 1))
-        bias_weight = self.reg_bias / n_classes
-        loss = nll + off_weight * float(np.sum(off_diagonal**2)) + bias_weight * float(bias @ bias)
-        grad_matrix = gradient.T @ logits + 2.0 * off_weight * off_diagonal
-        grad_bias = gradient.sum(axis=0) + 2.0 * bias_weight * bias
-        return loss, np.concatenate([grad_matrix.ravel(), grad_bias])
-
-    def _calibrated_logits(self, features, logits):
-        return np.asarray(logits, dtype=np.float64) @ self.coef_.T + self.intercept_
+        penalty = off_weight * float(np.sum(off_diagonal**2))
+        return penalty, logit_gradient.T @ logits + 2.0 * off_weight * off_diagonal

@@ -296,7 +296,7 @@ def _starting_point(logits, y_index, sample_weight) -> float:
     return solution.log_inverse_temperature if solution.status == "converged" else 0.0
 
 
-def _top_label_statistics(logits, y_index, temperature):
+def _top_label_confidence(logits, temperature):
     """Top-label confidence of ``softmax(z / T)`` per row, in chunks."""
     n_samples, n_classes = logits.shape
     rows = max(1, _CHUNK_ELEMENTS // n_classes)
@@ -485,7 +485,7 @@ class TemperatureScaling(BaseCalibrator):
         correct = (np.argmax(logits, axis=1) == y_index).astype(np.int64)
         errors = [
             expected_calibration_error(
-                correct, _top_label_statistics(logits, y_index, t), n_bins=15, mode="positive"
+                correct, _top_label_confidence(logits, t), n_bins=15, mode="positive"
             )
             for t in _ECE_GRID
         ]

@@ -25,6 +25,15 @@ STEP_MAX_PERIOD = 1e4
 SIGMA_FLOOR = 1e-6
 
 
+def _zero_linear(n_in: int, n_out: int) -> nn.Linear:
+    # Built as an ordinary Linear first, so that it draws from the RNG as one
+    # would and the modules created after it get the same initialisation.
+    linear = nn.Linear(n_in, n_out)
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
 def sinusoidal_step_embedding(
     steps: Tensor, dim: int = STEP_FREQUENCY_DIM, max_period: float = STEP_MAX_PERIOD
 ) -> Tensor:
@@ -125,9 +134,7 @@ class AdaLNBlock(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(width, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, width)
         )
-        self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 6 * width))
-        nn.init.zeros_(self.modulation[1].weight)
-        nn.init.zeros_(self.modulation[1].bias)
+        self.modulation = nn.Sequential(nn.SiLU(), _zero_linear(width, 6 * width))
 
     def _attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
         batch, tokens, width = x.shape
@@ -180,12 +187,10 @@ class TransitionNetwork(nn.Module):
 
 
 def _projection_head(width: int, dropout: float) -> nn.Sequential:
-    linear = nn.Linear(width, width)
     # Zero start: the head's output is exactly GELU(0) = 0, so the step begins
     # as the transition network alone (the identity), yet gradients reach the
     # weights because GELU'(0) = 1/2.
-    nn.init.zeros_(linear.weight)
-    nn.init.zeros_(linear.bias)
+    linear = _zero_linear(width, width)
     layers = [nn.LayerNorm(width), linear, nn.GELU()]
     if dropout:
         layers.append(nn.Dropout(dropout))
@@ -323,9 +328,8 @@ class ResidualMLP(nn.Module):
 
     def __init__(self, width: int):
         super().__init__()
-        out = nn.Linear(width, width)
-        nn.init.zeros_(out.weight)
-        nn.init.zeros_(out.bias)
+        # Created before the first Linear, as it always was: the order fixes the RNG draws.
+        out = _zero_linear(width, width)
         self.residual = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(), out)
 
     def forward(self, h: Tensor) -> Tensor:

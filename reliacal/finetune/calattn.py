@@ -16,17 +16,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset, make_loader
-from reliacal._device import resolve_device, to_device
+from reliacal._data import as_dataset
+from reliacal._device import resolve_device
+from reliacal._torch_estimator import seeded_torch
 from reliacal.backbones import BackboneAdapter, BackboneOutput, as_backbone
-from reliacal.calibrators import ClassLabelMixin, TemperatureScaling
+from reliacal.calibrators import TemperatureScaling
+from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
 from reliacal.finetune.losses import brier_loss, get_base_loss
 from reliacal.training import TrainingConfig, fit_module
 
@@ -210,12 +211,11 @@ def _split_indices(n: int, fraction: float, labels: np.ndarray | None, seed: int
     return np.sort(train), np.sort(validation)
 
 
-def _batch_input(x: Any) -> Any:
-    # default_collate turns a tuple of input tensors into a list; models expect the tuple.
-    return tuple(x) if isinstance(x, list) else x
+def _float64_outputs(module: nn.Module, x: Any) -> _CalAttnOutput:
+    return _CalAttnOutput(*(value.double() for value in module(x)))
 
 
-class CalAttnFinetuner(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class CalAttnFinetuner(FinetuneEstimator):
     r"""Calibration Attention: fine-tune a transformer with a learned per-sample scale.
 
     A head :math:`s(h) = \mathrm{softplus}(W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2)
@@ -432,29 +432,8 @@ mixed_precision, checkpoint_dir, device, verbose
         if self.train_transform is not None and not callable(self.train_transform):
             raise ValueError("train_transform must be a callable applied to a batch, or None")
 
-    def _training_config(self, seed: int | None) -> TrainingConfig:
-        return TrainingConfig(
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            optimizer=self.optimizer,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_epochs=self.warmup_epochs,
-            grad_clip_norm=self.grad_clip_norm,
-            mixed_precision=self.mixed_precision,
-            # The split is made here (the post-hoc temperature needs it), not by the trainer.
-            validation_fraction=0.0,
-            selection_metric=self.selection_metric,
-            n_iter_no_change=self.n_iter_no_change,
-            checkpoint_dir=self.checkpoint_dir,
-            device=self.device,
-            verbose=self.verbose,
-            random_state=seed,
-        )
-
     def _build_network(self, seed: int) -> _CalAttnNetwork:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded_torch(seed):
             adapter = as_backbone(self.backbone)
             # fit trains a copy: the caller's model stays as it was, and refits start alike.
             adapter = copy.deepcopy(adapter)
@@ -495,7 +474,13 @@ mixed_precision, checkpoint_dir, device, verbose
         )
         seed = _shared_seed(self.random_state)
         config = self._training_config(
-            self.random_state if isinstance(self.random_state, numbers.Integral) else seed
+            optimizer=self.optimizer,
+            grad_clip_norm=self.grad_clip_norm,
+            # The split is made here (the post-hoc temperature needs it), not by the trainer.
+            validation_fraction=0.0,
+            random_state=(
+                self.random_state if isinstance(self.random_state, numbers.Integral) else seed
+            ),
         )
         dataset, labels = as_dataset(X, y, require_y=True)
         self._reset()
@@ -548,9 +533,9 @@ mixed_precision, checkpoint_dir, device, verbose
         self.history_ = result.history
         self.best_epoch_ = result.best_epoch
         self.n_extra_parameters_ = (
-            0 if network.scale_head is None else _count(network.scale_head.parameters())
+            0 if network.scale_head is None else count_parameters(network.scale_head)
         )
-        self.n_backbone_parameters_ = _count(network.backbone.parameters())
+        self.n_backbone_parameters_ = count_parameters(network.backbone)
         self.parameter_overhead_ = self.n_extra_parameters_ / self.n_backbone_parameters_
         self.post_hoc_ = None
         if self.post_hoc == "temperature":
@@ -568,23 +553,10 @@ mixed_precision, checkpoint_dir, device, verbose
         """
         if not isinstance(data, torch.utils.data.Dataset):
             data, _ = as_dataset(data)
-        loader = make_loader(data, int(self.batch_size))
-        device = resolve_device(self.device)
-        module = self.module_
-        parts: list[_CalAttnOutput] = []
-        labels: list[np.ndarray] = []
-        try:
-            module.to(device).eval()
-            with torch.no_grad():
-                for x, y in loader:
-                    out = module(_batch_input(to_device(x, device)))
-                    parts.append(_CalAttnOutput(*(value.double().cpu() for value in out)))
-                    labels.append(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y))
-        finally:
-            # The fitted state lives on the CPU: pickles load anywhere.
-            module.to("cpu")
-        outputs = _CalAttnOutput(*(torch.cat(values).numpy() for values in zip(*parts)))
-        return outputs, np.concatenate(labels)
+        outputs, labels = self._run_batches(
+            self.module_, data, _float64_outputs, resolve_device(self.device), keep_labels=True
+        )
+        return _CalAttnOutput(*outputs), labels
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is not None:
@@ -647,7 +619,3 @@ mixed_precision, checkpoint_dir, device, verbose
             Rows sum to 1; columns follow ``classes_``.
         """
         return self._probabilities(self.decision_function(X), post_hoc)
-
-
-def _count(parameters) -> int:
-    return int(sum(p.numel() for p in parameters))

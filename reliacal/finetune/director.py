@@ -11,26 +11,28 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import numbers
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import DataLoader, Dataset
 
-from reliacal._data import as_dataset, dataset_labels, make_loader
-from reliacal._device import resolve_device, to_device
+from reliacal._data import as_dataset, dataset_labels
+from reliacal._device import resolve_device
+from reliacal._torch_estimator import seeded_torch
 from reliacal.backbones import as_backbone
-from reliacal.calibrators import ClassLabelMixin
 from reliacal.finetune._director_modules import (
     SIGMA_FLOOR,
+    DirectorStudent,
     DirectorTrainingModule,
     build_student,
 )
-from reliacal.training import TrainingConfig, fit_module
+from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
+from reliacal.training import fit_module
 
 __all__ = ["DiffusionReconfigurer"]
 
@@ -85,7 +87,17 @@ def _first(outputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return outputs[0]
 
 
-class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+def _sampled_moments(
+    model: DirectorStudent, x: Any, n_samples: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per input, the mean of ``n_samples`` sampled softmaxes and their mean entropy."""
+    log_probs = torch.log_softmax(model.sample_logits(x, n_samples, generator).double(), dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(dim=-1)
+    return probs.mean(dim=0), entropy.mean(dim=0)
+
+
+class DiffusionReconfigurer(FinetuneEstimator):
     """DIRECTOR: distil a transformer's block stack into a sampled reverse-diffusion path.
 
     The L blocks of a pre-trained transformer (the frozen *teacher*) are read
@@ -287,7 +299,7 @@ class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         }
         for name, value in weights.items():
             if isinstance(value, bool) or not (
-                isinstance(value, int | float) and math.isfinite(value) and value >= 0
+                isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0
             ):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not any(weights.values()):
@@ -319,7 +331,10 @@ class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is None and isinstance(X, Dataset | DataLoader):
-            return self.predict_proba(X), self.classes_[dataset_labels(X)]
+            # Labels in dataset order, the order predict_proba runs in (a shuffling
+            # DataLoader would otherwise pair each prediction with another label).
+            dataset, _ = as_dataset(X)
+            return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
         return super()._predict_proba_with_labels(X, y)
 
     # Fitting ---------------------------------------------------------------------------------
@@ -359,31 +374,18 @@ class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
 
         teacher = copy.deepcopy(adapter).cpu().eval()
         teacher.requires_grad_(False)
-        with torch.random.fork_rng(devices=[], enabled=self.random_state is not None):
-            if self.random_state is not None:
-                torch.manual_seed(self.random_state)
+        with seeded_torch(self.random_state):
             student = build_student(
                 teacher, n_reconfigured=k, depth=int(self.depth), noise_init=self.noise_init
             )
         module = DirectorTrainingModule(teacher, student, n_eval_samples=int(self.n_samples))
         loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
-        config = TrainingConfig(
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
+        config = self._training_config(
             optimizer="adamw",
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
             schedule="cosine",
-            warmup_epochs=self.warmup_epochs,
             validation_fraction=self.validation_fraction,
-            selection_metric=self.selection_metric,
-            n_iter_no_change=self.n_iter_no_change,
             ema_decay=self.ema_decay,
-            mixed_precision=self.mixed_precision,
-            checkpoint_dir=self.checkpoint_dir,
-            device=self.device,
-            verbose=self.verbose,
             random_state=self.random_state,
         )
         result = fit_module(
@@ -399,8 +401,8 @@ class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         self.best_epoch_ = result.best_epoch
         self.n_blocks_ = n_blocks
         self.n_reconfigured_ = k
-        self.n_parameters_ = sum(p.numel() for p in student.parameters())
-        self.teacher_n_parameters_ = sum(p.numel() for p in adapter.parameters())
+        self.n_parameters_ = count_parameters(student)
+        self.teacher_n_parameters_ = count_parameters(adapter)
         return self
 
     # Prediction ------------------------------------------------------------------------------
@@ -419,24 +421,11 @@ class DiffusionReconfigurer(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         n_samples = self._n_samples(n_samples)
         dataset, _ = as_dataset(X)
         device = resolve_device(self.device)
-        model = self.model_.to(device).eval()
-        generator = self._generator(device)
-        mean_probs, mean_entropy = [], []
-        with torch.no_grad():
-            for x, _ in make_loader(dataset, int(self.batch_size)):
-                x = to_device(x, device)
-                # default_collate turns a tuple input (ids, mask) into a list.
-                x = tuple(x) if isinstance(x, list) else x
-                log_probs = torch.log_softmax(
-                    model.sample_logits(x, n_samples, generator).double(), dim=-1
-                )
-                probs = log_probs.exp()
-                entropy = -(probs * log_probs).sum(dim=-1)
-                mean_probs.append(probs.mean(dim=0).cpu())
-                mean_entropy.append(entropy.mean(dim=0).cpu())
-        if device.type != "cpu":
-            self.model_.cpu()
-        return torch.cat(mean_probs).numpy(), torch.cat(mean_entropy).numpy()
+        forward = functools.partial(
+            _sampled_moments, n_samples=n_samples, generator=self._generator(device)
+        )
+        (mean_probs, mean_entropy), _ = self._run_batches(self.model_, dataset, forward, device)
+        return mean_probs, mean_entropy
 
     def predict_proba(self, X: Any, n_samples: int | None = None) -> np.ndarray:
         """Mean of ``n_samples`` sampled softmaxes, ``(1/S) sum_s softmax(z_s(x))``.

@@ -39,6 +39,16 @@ def _check_inputs(logits: torch.Tensor, target: torch.Tensor) -> None:
         )
 
 
+def _check_at_least_zero(name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+def _check_label_smoothing(label_smoothing: float) -> None:
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
+
+
 def _as_float(logits: torch.Tensor) -> torch.Tensor:
     # Half-precision logits (autocast) are upcast; float64 stays float64.
     return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
@@ -79,8 +89,7 @@ def cross_entropy_loss(
     0.4100
     """
     _check_inputs(logits, target)
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
+    _check_label_smoothing(label_smoothing)
     return F.cross_entropy(_as_float(logits), target.long(), label_smoothing=label_smoothing)
 
 
@@ -141,8 +150,7 @@ def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0
     0.173287
     """
     _check_inputs(logits, target)
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma!r}")
+    _check_at_least_zero("gamma", gamma)
     log_p = _target_log_probability(logits, target)
     return -((1.0 - log_p.exp()).pow(gamma) * log_p).mean()
 
@@ -215,8 +223,7 @@ def dual_focal_loss(
     0.693147
     """
     _check_inputs(logits, target)
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma!r}")
+    _check_at_least_zero("gamma", gamma)
     log_probs = F.log_softmax(_as_float(logits), dim=1)
     probs = log_probs.exp()
     target = target.long()[:, None]
@@ -273,8 +280,7 @@ def mmce_loss(
     1.1931
     """
     _check_inputs(logits, target)
-    if weight < 0:
-        raise ValueError(f"weight must be >= 0, got {weight!r}")
+    _check_at_least_zero("weight", weight)
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be > 0, got {bandwidth!r}")
     logits = _as_float(logits)
@@ -328,8 +334,7 @@ def get_base_loss(
         return base_loss
     if base_loss not in BASE_LOSSES:
         raise ValueError(f"base_loss must be one of {BASE_LOSSES} or a callable, got {base_loss!r}")
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
+    _check_label_smoothing(label_smoothing)
     if base_loss == "label_smoothing" and label_smoothing == 0.0:
         raise ValueError(
             "base_loss='label_smoothing' needs label_smoothing > 0 (the CalAttn paper uses 0.1)"
@@ -339,8 +344,7 @@ def get_base_loss(
             f"label_smoothing={label_smoothing!r} applies only to base_loss 'ce' or "
             f"'label_smoothing', not {base_loss!r}"
         )
-    if focal_gamma < 0:
-        raise ValueError(f"focal_gamma must be >= 0, got {focal_gamma!r}")
+    _check_at_least_zero("focal_gamma", focal_gamma)
     if base_loss in ("ce", "label_smoothing"):
         return partial(cross_entropy_loss, label_smoothing=label_smoothing)
     if base_loss == "focal":
