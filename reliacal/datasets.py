@@ -13,6 +13,8 @@ Two jobs live here, both about getting data into the package:
 
 from __future__ import annotations
 
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -368,9 +370,10 @@ class Predictions:
     source : str
         Which file, keys or columns the arrays came from, for the user.
     classes : ndarray of shape (K,) or None
-        The class of each column, when the file names them (a table with
-        non-numeric labels and one column per class); None when the labels
-        are column indices (or sorted unique values).
+        The class of each column, when given (``labels=``) or when the file
+        names them (a table with non-numeric labels and one column per
+        class); None when the labels are column indices (or sorted unique
+        values).
 
     Examples
     --------
@@ -391,6 +394,7 @@ def load_prediction_file(
     probs_key: str | None = None,
     labels_key: str | None = None,
     logits: bool = False,
+    labels: Sequence | None = None,
 ) -> Predictions:
     """Read predicted probabilities (or logits) and true labels from a file.
 
@@ -427,6 +431,11 @@ def load_prediction_file(
         Key or column name of the labels.
     logits : bool, default=False
         The predictions are logits (softmax is applied).
+    labels : sequence or None, default=None
+        The label of each prediction column, in column order (then
+        ``Predictions.classes``). Required for non-numeric labels in
+        ``.npz`` and ``.npy`` files; names given as strings are converted to
+        the type of numeric labels (``["3", "5"]`` for labels 3 and 5).
 
     Returns
     -------
@@ -454,22 +463,26 @@ def load_prediction_file(
     >>> np.round(preds.probs, 3)
     array([[0.881, 0.119],
            [0.269, 0.731]])
+    >>> np.savez(file, probs=np.array([[0.9, 0.1], [0.3, 0.7]]), y=np.array(["cat", "dog"]))
+    >>> load_prediction_file(file, labels=["cat", "dog"]).classes
+    array(['cat', 'dog'], dtype='<U3')
     """
     path = Path(path)
     _require_file(path)
     suffix = path.suffix.lower()
     column_names = None
     if suffix == ".npz":
-        values, labels, values_from, labels_from = _read_npz(path, probs_key, labels_key)
+        values, file_labels, values_from, labels_from = _read_npz(path, probs_key, labels_key)
     elif suffix == ".npy":
-        values, labels, values_from, labels_from = np.load(path, allow_pickle=False), None, "", ""
+        values, file_labels = np.load(path, allow_pickle=False), None
+        values_from = labels_from = ""
         if labels_path is None:
             raise ValueError(
                 f"{path.name} holds one array (the predictions); give the labels in a second "
                 "file (--labels FILE)"
             )
     elif suffix in TABLE_SUFFIXES:
-        values, labels, values_from, labels_from, column_names = _read_table(
+        values, file_labels, values_from, labels_from, column_names = _read_table(
             path, probs_key, labels_key, labels_in_table=labels_path is None
         )
     else:
@@ -478,14 +491,14 @@ def load_prediction_file(
             "use .npz, .npy, .csv or .parquet"
         )
     if labels_path is not None:
-        labels, labels_from = _read_labels_file(Path(labels_path), labels_key)
+        file_labels, labels_from = _read_labels_file(Path(labels_path), labels_key)
 
     logits = logits or values_from.endswith("'logits'")
     values_from = values_from or "the array"
     description = f"{path.name}: {'logits' if logits else 'probabilities'} from {values_from}"
     description += " (softmax applied)" if logits else ""
     source = f"{description}, labels from {labels_from}"
-    return _validated(path, values, labels, logits, source, column_names)
+    return _validated(path, values, file_labels, logits, source, column_names, labels)
 
 
 def _require_file(path: Path) -> None:
@@ -508,12 +521,19 @@ def _pick_key(available: list[str], requested: str | None, candidates: tuple[str
     return None
 
 
-def _read_npz(path: Path, probs_key: str | None, labels_key: str | None):
+def _open_npz(path: Path):
+    # np.load reads a file that is not a zip archive as a pickle, whose error talks of
+    # allow_pickle; say what is wrong with the file instead.
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path.name} is not a valid .npz file (not a complete zip archive)")
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:  # corrupt or not a zip archive
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as error:  # a damaged archive
         raise ValueError(f"{path.name} cannot be read as .npz: {error}") from None
-    with archive:
+
+
+def _read_npz(path: Path, probs_key: str | None, labels_key: str | None):
+    with _open_npz(path) as archive:
         keys = list(archive.files)
         value_key = _pick_key(keys, probs_key, PROBABILITY_KEYS + LOGIT_KEYS, "prediction")
         if value_key is None:
@@ -582,7 +602,7 @@ def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, s
     if suffix == ".npy":
         return np.load(path, allow_pickle=False), path.name
     if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
+        with _open_npz(path) as archive:
             keys = list(archive.files)
             key = _pick_key(keys, labels_key, LABEL_KEYS, "label")
             if key is None:
@@ -606,7 +626,9 @@ def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, s
     raise ValueError(f"{path.name}: unknown label file type {suffix!r}; use .npy, .npz, .csv")
 
 
-def _validated(path: Path, values, labels, from_logits: bool, source: str, column_names):
+def _validated(
+    path: Path, values, labels, from_logits: bool, source: str, column_names, given_classes
+):
     from reliacal._validation import _SOFTMAX_HINT, check_logits, check_probabilities
     from reliacal.metrics import softmax
 
@@ -619,7 +641,9 @@ def _validated(path: Path, values, labels, from_logits: bool, source: str, colum
     if labels.ndim != 1:
         raise ValueError(f"{path.name}: labels must be one-dimensional, got shape {labels.shape}")
     classes = None
-    if labels.dtype.kind not in "biuf" and column_names is not None:
+    if given_classes is not None:
+        classes = _given_classes(path, given_classes, labels)
+    elif labels.dtype.kind not in "biuf" and column_names is not None:
         classes = np.asarray(column_names)
     logit_values = None
     try:
@@ -631,5 +655,21 @@ def _validated(path: Path, values, labels, from_logits: bool, source: str, colum
     except ValueError as error:
         # Where the check suspects logits, say how to pass them to this loader instead.
         message = str(error).replace(_SOFTMAX_HINT, _LOGITS_HINT)
+        message = message.replace("pass labels=[...]", "pass labels=[...] (--classes A,B,...)")
         raise ValueError(f"{path.name}: {message}") from None
     return Predictions(np.asarray(values), labels, logit_values, source, classes)
+
+
+def _given_classes(path: Path, given, labels: np.ndarray) -> np.ndarray:
+    classes = np.asarray(given)
+    if classes.ndim != 1:
+        raise ValueError(f"labels= must be a flat list of class names, got shape {classes.shape}")
+    if labels.dtype.kind in "biuf" and classes.dtype.kind in "OSU":
+        try:
+            classes = classes.astype(labels.dtype)
+        except ValueError:
+            raise ValueError(
+                f"{path.name} has numeric labels, but the class names {list(given)[:5]} are not "
+                "numbers"
+            ) from None
+    return classes

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV, ParameterGrid
 
 from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
-from reliacal.metrics import calibration_report, nll_scorer, softmax
+from reliacal.calibrators.scaling import tuned_scaling
+from reliacal.metrics import calibration_report, softmax
 
 __all__ = [
     "METHODS",
@@ -248,26 +247,16 @@ def _uncalibrated(context: DemoContext) -> np.ndarray:
     return softmax(context.test_logits)
 
 
-def _tuned(estimator: Any, grid: dict | list) -> Callable[[DemoContext], Any]:
-    """The estimator with its regularisation chosen by 3-fold cross-validated NLL.
+def _tuned(estimator: Any) -> Callable[[DemoContext], Any]:
+    """The estimator with its regularisation chosen by cross-validated NLL.
 
-    Unregularised vector and matrix scaling overfit a few hundred calibration
-    samples (a class that the calibration logits separate perfectly gets an
-    unbounded weight). A quick run takes the middle of the grid instead of
-    searching it.
+    A quick run takes the middle of the grid instead of searching it.
     """
 
     def make(context: DemoContext) -> Any:
-        if context.quick:
-            candidates = ParameterGrid(grid)
-            return clone(estimator).set_params(**candidates[len(candidates) // 2])
-        return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=3)
+        return tuned_scaling(estimator, quick=context.quick)
 
     return make
-
-
-# ODIR penalties of Kull et al. (2019), the off-diagonal and bias weights tied.
-_ODIR_GRID = [{"reg_off_diagonal": [value], "reg_bias": [value]} for value in (0.1, 1.0, 10.0)]
 
 
 def _fine_tuned(
@@ -323,8 +312,8 @@ def _director(context: DemoContext) -> Any:
 METHODS: list[DemoMethod] = [
     DemoMethod("Uncalibrated", _uncalibrated),
     DemoMethod("TemperatureScaling", post_hoc(lambda context: TemperatureScaling())),
-    DemoMethod("VectorScaling", post_hoc(_tuned(VectorScaling(), {"reg_bias": [0.1, 1.0, 10.0]}))),
-    DemoMethod("MatrixScaling (ODIR)", post_hoc(_tuned(MatrixScaling(), _ODIR_GRID))),
+    DemoMethod("VectorScaling", post_hoc(_tuned(VectorScaling()))),
+    DemoMethod("MatrixScaling (ODIR)", post_hoc(_tuned(MatrixScaling()))),
     DemoMethod(
         "AdaptiveTS",
         post_hoc(lambda c: AdaptiveTS(n_logits=10, random_state=c.random_state), features=True),

@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 
 import joblib
 import numpy as np
@@ -213,6 +214,23 @@ def test_probabilities_only_when_asked():
     probabilities[0] = [1.0, 0.0, 0.0]
     clipped = TemperatureScaling(input="probs").fit(probabilities, y)
     assert np.all(np.isfinite(clipped.predict_proba(probabilities)))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids(ESTIMATORS))
+def test_probabilities_in_logits_mode_warn_at_fit_and_predict(estimator):
+    logits, y = _logits()
+    probabilities = softmax(logits, axis=1)
+    with pytest.warns(UserWarning, match=r"look like probabilities.*input='probs'") as fit_record:
+        fitted = clone(estimator).fit(probabilities, y)
+    assert any("passed to fit" in str(w.message) for w in fit_record)
+    with pytest.warns(UserWarning, match=r"passed to predict look like probabilities"):
+        fitted.predict_proba(probabilities)
+    # Logits, and rows in [0, 1] that do not sum to 1, are not flagged.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clone(estimator).fit(logits, y)
+        clone(estimator).fit(np.clip(probabilities * 1.01, 0.0, 1.0), y)
+        clone(estimator).set_params(input="probs").fit(probabilities, y)
 
 
 # ------------------------------------------------------------------------------------

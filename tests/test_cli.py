@@ -141,6 +141,8 @@ def bad_files(tmp_path):
     np.savez(tmp_path / "outside.npz", probs=probs, labels=labels + 20)
     (tmp_path / "corrupt.npz").write_bytes(b"not a zip file")
     (tmp_path / "notes.txt").write_text("hello")
+    names = np.array([f"class{k}" for k in range(10)])
+    np.savez(tmp_path / "strings.npz", probs=probs, labels=names[labels])
     return [
         (["evaluate", tmp_path / "missing.npz"], ["missing.npz", "no such file"]),
         (["evaluate", DATA / "lenet-5-cifar-10.npz", "--probs-key", "scores"], ["'scores'"]),
@@ -149,7 +151,13 @@ def bad_files(tmp_path):
         (["evaluate", tmp_path / "short.npz"], ["short.npz"]),
         (["evaluate", tmp_path / "nolabels.npz"], ["no labels"]),
         (["evaluate", tmp_path / "outside.npz"], ["outside.npz"]),
-        (["evaluate", tmp_path / "corrupt.npz"], ["corrupt.npz"]),
+        (["evaluate", tmp_path / "corrupt.npz"], ["corrupt.npz is not a valid .npz file"]),
+        (
+            ["evaluate", DATA / "lenet-5-cifar-10.npz", "--plot", tmp_path / "notes.txt" / "a.png"],
+            ["notes.txt is a file, not a folder"],
+        ),
+        (["evaluate", tmp_path / "strings.npz"], ["--classes"]),
+        (["evaluate", tmp_path / "strings.npz", "--classes", "a,b,c"], ["strings.npz"]),
         (["evaluate", tmp_path / "notes.txt"], [".txt"]),
         (
             ["evaluate", DATA / "lenet-5-cifar-10.npz", "--labels", tmp_path / "none.npy"],
@@ -170,6 +178,7 @@ def test_user_mistakes_give_one_line_and_status_1(capsys, tmp_path):
     for arguments, fragments in bad_files(tmp_path):
         status, out, err = run(capsys, *arguments)
         assert_one_line_error(status, out, err, *fragments)
+        assert "pickle" not in err[-1] and "Errno" not in err[-1], err[-1]
 
 
 def test_usage_errors_exit_with_2(capsys):
@@ -186,6 +195,10 @@ def test_usage_errors_exit_with_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["calibrate", "a.npz", "b.npz", "--reg-bias", "-1"])
     assert exit_info.value.code == 2
+    for classes in ("a", "a,,b", "a,b,a"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["evaluate", "a.npz", "--classes", classes])
+        assert exit_info.value.code == 2
 
 
 def test_installed_command_prints_no_traceback(tmp_path):
@@ -324,3 +337,82 @@ def test_calibrate_uses_logits_when_both_files_hold_them(capsys, tmp_path):
     probs = np.exp(log_softmax(logits[:300], axis=1))
     assert temperature == pytest.approx(exact_temperature(probs, labels[:300]), abs=1e-4)
     assert temperature == pytest.approx(3.0, rel=0.3)
+
+
+def test_string_labels_with_classes(capsys, tmp_path):
+    probs, labels = load_record("wideresnet-16-4-cifar-10")
+    names = np.array([f"c{k}" for k in range(10)])
+    # Names deliberately not in sorted order of the labels' strings: c9 first.
+    order = np.array([9, 0, 1, 2, 3, 4, 5, 6, 7, 8])
+    np.savez(tmp_path / "cal.npz", probs=probs[:2000, order], labels=names[labels[:2000]])
+    np.savez(tmp_path / "eval.npz", probs=probs[2000:4000, order], labels=names[labels[2000:4000]])
+    classes = ",".join(names[order])
+    status, out, err = run(
+        capsys, "evaluate", tmp_path / "eval.npz", "--classes", classes, "--format", "csv"
+    )
+    assert status == 0, err
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    expected = calibration_report(labels[2000:4000], {"eval": probs[2000:4000]})
+    np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-6)
+
+    model_file = tmp_path / "ts.joblib"
+    status, out, err = run(
+        capsys,
+        "calibrate",
+        tmp_path / "cal.npz",
+        tmp_path / "eval.npz",
+        "--classes",
+        classes,
+        "--format",
+        "csv",
+        "--save-model",
+        model_file,
+    )
+    assert status == 0, err
+    model = joblib.load(model_file)
+    np.testing.assert_array_equal(model.classes_, names[order])
+    predicted = model.predict(probs[2000:4000, order])
+    np.testing.assert_array_equal(predicted, names[np.argmax(probs[2000:4000], axis=1)])
+
+
+@pytest.mark.parametrize("method", ["vector", "matrix"])
+def test_calibrate_without_regularisation_chooses_it_by_cross_validation(capsys, tmp_path, method):
+    from sklearn.model_selection import GridSearchCV
+
+    from reliacal.calibrators import MatrixScaling, VectorScaling
+
+    probs, labels = load_record("lenet-5-cifar-10")
+    np.savez(tmp_path / "cal.npz", probs=probs[:1000], labels=labels[:1000])
+    np.savez(tmp_path / "eval.npz", probs=probs[1000:2000], labels=labels[1000:2000])
+    model_file = tmp_path / "model.joblib"
+    status, out, err = run(
+        capsys,
+        "calibrate",
+        tmp_path / "cal.npz",
+        tmp_path / "eval.npz",
+        "--method",
+        method,
+        "--format",
+        "csv",
+        "--save-model",
+        model_file,
+    )
+    assert status == 0, err
+    # Oracle: the same search written with sklearn's own log-loss scorer.
+    if method == "vector":
+        estimator, grid = VectorScaling(input="probs"), {"reg_bias": [0.1, 1.0, 10.0]}
+    else:
+        estimator = MatrixScaling(input="probs")
+        values = (0.1, 1.0, 10.0, 100.0, 1000.0)
+        grid = [{"reg_off_diagonal": [v], "reg_bias": [v]} for v in values]
+    search = GridSearchCV(estimator, grid, scoring="neg_log_loss", cv=3)
+    best = search.fit(probs[:1000], labels[:1000]).best_params_
+    chosen = ", ".join(f"{key} = {value:g}" for key, value in best.items())
+    name = type(estimator).__name__
+    assert f"reliacal: {name}: {chosen} (chosen by 3-fold cross-validated NLL)" in err
+    model = joblib.load(model_file)
+    assert type(model) is type(estimator)
+    assert {key: model.get_params()[key] for key in best} == best
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert list(table.index) == ["uncalibrated", name]
+    assert table.loc[name, "nll"] < table.loc["uncalibrated", "nll"]

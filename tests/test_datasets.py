@@ -238,7 +238,7 @@ def test_table_with_one_probability_column_is_binary(tmp_path):
     [
         ("absent.npz", None, FileNotFoundError, "no such file"),
         ("notes.txt", "1", ValueError, "unknown prediction file type '.txt'"),
-        ("broken.npz", "not a zip archive", ValueError, "cannot be read as .npz"),
+        ("broken.npz", "not a zip archive", ValueError, r"^broken.npz is not a valid .npz file"),
         ("broken.parquet", "not parquet", ValueError, "cannot be read as a table"),
     ],
 )
@@ -250,6 +250,36 @@ def test_unreadable_files(tmp_path, name, content, error, message):
         load_prediction_file(path)
     with pytest.raises(ValueError, match="not a file"):
         load_prediction_file(tmp_path)
+
+
+def test_labels_name_the_columns_of_npz_and_npy_files(tmp_path, small_record):
+    probs, labels = small_record
+    names = np.array(["cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay", "kea", "lynx"])
+    k = probs.shape[1]
+    np.savez(tmp_path / "strings.npz", probs=probs, labels=names[:k][labels])
+    with pytest.raises(ValueError, match=r"non-numeric labels.*--classes"):
+        load_prediction_file(tmp_path / "strings.npz")
+    loaded = load_prediction_file(tmp_path / "strings.npz", labels=list(names[:k]))
+    np.testing.assert_array_equal(loaded.classes, names[:k])
+    np.testing.assert_array_equal(loaded.labels, names[:k][labels])
+    # A label outside the given names, or a name list of the wrong length, is refused.
+    with pytest.raises(ValueError, match="strings.npz"):
+        load_prediction_file(tmp_path / "strings.npz", labels=list(names[1 : k + 1]))
+    with pytest.raises(ValueError, match="strings.npz"):
+        load_prediction_file(tmp_path / "strings.npz", labels=list(names[: k - 1]))
+    # Numeric labels: names given as strings become numbers.
+    np.save(tmp_path / "probs.npy", probs)
+    np.save(tmp_path / "labels.npy", labels)
+    numeric = load_prediction_file(
+        tmp_path / "probs.npy",
+        labels_path=tmp_path / "labels.npy",
+        labels=[str(k) for k in range(k)],
+    )
+    np.testing.assert_array_equal(numeric.classes, np.arange(k))
+    with pytest.raises(ValueError, match="not numbers"):
+        load_prediction_file(
+            tmp_path / "probs.npy", labels_path=tmp_path / "labels.npy", labels=list(names[:k])
+        )
 
 
 def test_invalid_contents(tmp_path, small_record):

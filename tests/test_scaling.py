@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from conftest import load_record
 from scipy.optimize import check_grad
 from scipy.special import log_softmax
+from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss
+from sklearn.model_selection import StratifiedKFold
 
 from reliacal.calibrators import ConvergenceWarning, MatrixScaling, VectorScaling
+from reliacal.calibrators.scaling import tuned_scaling
 from reliacal.metrics import negative_log_likelihood
 
 
@@ -202,3 +208,68 @@ def test_non_convergence_is_reported():
     logits, y = _problem(8)
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         MatrixScaling(max_iter=2).fit(logits, y)
+
+
+def test_many_class_fit_runs_its_products_on_one_blas_thread(monkeypatch):
+    # A (4000, 100) x (100, 100) product per L-BFGS step: on a thread pool each one
+    # took 20 times longer on a busy 2-core machine, which made a 100-class fit take minutes.
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record_and_stop(self, parameters, logits, y_index, weights):
+        infos = threadpoolctl.threadpool_info()
+        seen.extend(info["num_threads"] for info in infos if info["user_api"] == "blas")
+        raise Stop
+
+    monkeypatch.setattr(MatrixScaling, "_loss", record_and_stop)
+    logits, y = _problem(9, n=4000, n_classes=100)
+    with pytest.raises(Stop):
+        MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0).fit(logits, y)
+    assert seen and max(seen) == 1
+
+
+def test_unregularised_matrix_scaling_warns_when_over_parameterised():
+    logits, y = _problem(10, n=500, n_classes=10)  # 110 parameters, 500 samples
+    with pytest.warns(UserWarning, match=r"110 parameters .* 500 samples.*reg_off_diagonal"):
+        MatrixScaling(max_iter=5).fit(logits, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        MatrixScaling(reg_off_diagonal=1.0, max_iter=5).fit(logits, y)
+        MatrixScaling(max_iter=5).fit(*_problem(10, n=2000, n_classes=10))
+
+
+@pytest.mark.parametrize(
+    ("estimator", "grid"),
+    [
+        (VectorScaling(), [{"reg_bias": 0.1}, {"reg_bias": 1.0}, {"reg_bias": 10.0}]),
+        (
+            MatrixScaling(),
+            [{"reg_off_diagonal": v, "reg_bias": v} for v in (0.1, 1.0, 10.0)],
+        ),
+    ],
+)
+def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid):
+    logits, y = _problem(11, n=300, n_classes=4)
+    search = tuned_scaling(estimator).fit(logits, y)
+    # Independent oracle: the mean held-out NLL of each grid point on the same folds.
+    folds = list(StratifiedKFold(n_splits=3).split(logits, y))
+    scores = []
+    for params in grid:
+        losses = []
+        for train, test in folds:
+            fitted = clone(estimator).set_params(**params).fit(logits[train], y[train])
+            losses.append(log_loss(y[test], fitted.predict_proba(logits[test]), labels=range(4)))
+        scores.append(np.mean(losses))
+    assert search.best_params_ == grid[int(np.argmin(scores))]
+    best = clone(estimator).set_params(**search.best_params_).fit(logits, y)
+    np.testing.assert_allclose(search.predict_proba(logits), best.predict_proba(logits))
+    # quick: the middle grid point, unfitted, no search.
+    quick = tuned_scaling(estimator, quick=True)
+    assert type(quick) is type(estimator)
+    assert quick.get_params() == clone(estimator).set_params(**grid[1]).get_params()
+    with pytest.raises(ValueError, match="no default grid"):
+        tuned_scaling(LogisticRegression())

@@ -1,8 +1,8 @@
 """Post-hoc calibrators: scikit-learn estimators on logits or a frozen backbone."""
 
 from ._base import BaseCalibrator, ClassLabelMixin, ConvergenceWarning
-from .adaptive import AdaptiveTS as AdaptiveTS
-from .scaling import MatrixScaling, VectorScaling
+from .adaptive import AdaptiveTS
+from .scaling import MatrixScaling, VectorScaling, tuned_scaling
 from .temperature import TemperatureScaling
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "MatrixScaling",
     "TemperatureScaling",
     "VectorScaling",
+    "tuned_scaling",
 ]

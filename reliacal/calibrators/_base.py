@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 import numbers
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -246,6 +247,14 @@ LOGIT_CALIBRATOR_WAIVED_CHECKS = {
 }
 
 
+def _looks_like_probabilities(logits: np.ndarray) -> bool:
+    """Whether every value lies in [0, 1] and every row sums to 1 (within 1e-3)."""
+    if logits.shape[1] < 2 or logits.min() < 0.0 or logits.max() > 1.0:
+        return False
+    row_sums = logits @ np.ones(logits.shape[1], dtype=logits.dtype)
+    return bool(np.all(np.abs(row_sums - 1.0) <= 1e-3))
+
+
 def _on_accelerator(value: Any) -> bool:
     import torch
 
@@ -266,7 +275,10 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
 
     - logits (default): ``X`` is an ``(n, K)`` numpy array, torch tensor or
       DataFrame of logits; ``K`` (the number of columns) is the number of
-      classes;
+      classes. Logits that look like probabilities (every value in
+      ``[0, 1]``, every row summing to 1 within ``1e-3``) are used as given,
+      with a ``UserWarning`` at fit and predict that suggests
+      ``input="probs"``;
     - ``input="probs"``: ``X`` holds probabilities (rows summing to 1); the
       calibrator works on ``log(max(p, tiny))``, ``tiny`` the smallest
       normal number of the dtype (so ``MatrixScaling(input="probs")`` is
@@ -398,6 +410,15 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         # In logits mode after _split_columns: only the logit block holds probabilities.
         if self.input == "probs":
             logits = self._probabilities_to_logits(logits)
+        elif _looks_like_probabilities(logits):
+            warnings.warn(
+                f"{type(self).__name__}: the logits passed to "
+                f"{'fit' if reset else 'predict'} look like probabilities (every value in "
+                "[0, 1], every row summing to 1); calibrating them as logits gives wrong "
+                "results: pass input='probs' for probabilities",
+                UserWarning,
+                stacklevel=4,
+            )
         return features, logits, y
 
     def _transform_inputs(self, X: Any, y: Any = None):

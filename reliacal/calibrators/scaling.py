@@ -20,18 +20,29 @@ import warnings
 
 import numpy as np
 from scipy.optimize import minimize
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, ParameterGrid
 from sklearn.utils._param_validation import Interval
 from threadpoolctl import threadpool_limits
 
+from ..metrics import nll_scorer
 from ._base import BaseCalibrator, ConvergenceWarning
 
-__all__ = ["MatrixScaling", "VectorScaling"]
+__all__ = ["MatrixScaling", "VectorScaling", "tuned_scaling"]
 
 # L-BFGS-B stops by default once an iteration lowers the loss by < 2.2e-9 relative,
 # which leaves probabilities ~1e-4 from the optimum along flat directions; stop on
 # the gradient (tol) instead, with this only as a floating-point guard.
 _FTOL = 64 * np.finfo(np.float64).eps
-_SMALL_PROBLEM = 1 << 25
+# Multiply-adds of one (n, K) x (coef) product above which L-BFGS's products run on
+# the BLAS thread pool. Below it the pool's start-up and spin-waits cost more than
+# they save: on a busy 2-core machine the (5000, 100) x (100, 100) gradient product of
+# a 100-class matrix scaling took 13 ms on one thread and 240 ms on two, which made
+# that fit take minutes.
+_THREADED_PRODUCT = 1 << 31
+# Matrix scaling with more parameters than this fraction of the samples overfits
+# unless regularised.
+_SAMPLES_PER_PARAMETER = 10
 
 
 def _nll_and_logit_gradient(calibrated, y_index, weights):
@@ -107,10 +118,8 @@ class _LogitScaling(BaseCalibrator):
         else:
             weights = sample_weight / sample_weight.sum()
         initial = np.concatenate([self._initial_coef(n_classes).ravel(), np.zeros(n_classes)])
-        # Small problems run on one BLAS thread: waking a thread pool for each tiny
-        # matrix product inside L-BFGS made a 5000 x 10 fit ten times slower (measured
-        # on a busy 2-core machine), while large ones gain from the threads.
-        small = n_samples * initial.size < _SMALL_PROBLEM
+        # One BLAS thread unless each product is large (see _THREADED_PRODUCT).
+        small = n_samples * initial.size < _THREADED_PRODUCT
         with threadpool_limits(limits=1 if small else None, user_api="blas"):
             result = minimize(
                 self._loss,
@@ -281,7 +290,9 @@ class MatrixScaling(_LogitScaling):
     Fitted by L-BFGS (scipy, analytic gradients, float64) from ``W = I,
     b = 0``. With ``K^2 + K`` parameters it overfits small calibration sets
     unless regularised: tune ``reg_off_diagonal`` and ``reg_bias`` with
-    ``GridSearchCV``. A class absent from the calibration data keeps its
+    :func:`tuned_scaling` (a ``GridSearchCV``). Fitting with
+    ``reg_off_diagonal=0`` and fewer than ``10 (K^2 + K)`` samples warns
+    (``UserWarning``). A class absent from the calibration data keeps its
     column; its probability is driven down until L-BFGS stops.
 
     Parameters
@@ -393,6 +404,21 @@ class MatrixScaling(_LogitScaling):
         self.memory = memory
         self.verbose = verbose
 
+    def _check_fit_inputs(self, features, logits):
+        n_samples, n_classes = logits.shape
+        n_parameters = n_classes * (n_classes + 1)
+        # The K^2 weights are what overfit; the K intercepts alone do not.
+        if self.reg_off_diagonal == 0 and n_parameters * _SAMPLES_PER_PARAMETER > n_samples:
+            warnings.warn(
+                f"MatrixScaling has {n_parameters} parameters (K = {n_classes} classes) for "
+                f"{n_samples} samples and no regularisation (reg_off_diagonal=0): it "
+                "overfits the calibration set and may not converge; set reg_off_diagonal "
+                "and reg_bias, e.g. chosen by tuned_scaling(MatrixScaling()) "
+                "(cross-validated NLL)",
+                UserWarning,
+                stacklevel=4,
+            )
+
     def _coef_shape(self, n_classes):
         return (n_classes, n_classes)
 
@@ -408,3 +434,70 @@ class MatrixScaling(_LogitScaling):
         off_weight = self.reg_off_diagonal / (n_classes * (n_classes - 1))
         penalty = off_weight * float(np.sum(off_diagonal**2))
         return penalty, logit_gradient.T @ logits + 2.0 * off_weight * off_diagonal
+
+
+def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=False):
+    """Vector or matrix scaling with its regularisation chosen by cross-validated NLL.
+
+    Unregularised vector and matrix scaling overfit a small calibration set
+    (a class that the calibration logits separate perfectly gets an unbounded
+    weight; matrix scaling has ``K^2 + K`` parameters). This wraps the
+    estimator in a ``GridSearchCV`` over its ODIR penalties (Kull et al.,
+    NeurIPS 2019), scored by the negative log-likelihood
+    (:data:`reliacal.metrics.nll_scorer`) on ``cv`` folds, and refitted on all
+    the data with the best values (``best_params_``).
+
+    Parameters
+    ----------
+    estimator : VectorScaling or MatrixScaling
+        The unfitted estimator; its other parameters (``input``, ``classes``,
+        ...) are kept.
+    grid : dict or list of dict, default=None
+        ``GridSearchCV``'s ``param_grid``. ``None``: ``reg_bias`` in
+        ``values`` for vector scaling, and ``reg_off_diagonal = reg_bias``
+        (tied, as in Kull et al.) in ``values`` for matrix scaling.
+    values : sequence of float, default=(0.1, 1.0, 10.0)
+        The penalties of the default grid. ODIR divides ``reg_off_diagonal``
+        by ``K (K - 1)``, so many classes need larger values (e.g. up to
+        ``1000`` for ``K = 100``).
+    cv : int or cross-validation generator, default=3
+        Folds of the search (stratified for an integer).
+    quick : bool, default=False
+        Skip the search: return a clone of ``estimator`` set to the middle
+        point of the grid (a smoke test).
+
+    Returns
+    -------
+    GridSearchCV or estimator
+        The unfitted search (``quick=False``), or the unfitted estimator with
+        the middle grid point (``quick=True``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators.scaling import MatrixScaling, tuned_scaling
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=300)
+    >>> logits = 3.0 * np.eye(3)[y] + rng.normal(size=(300, 3))
+    >>> search = tuned_scaling(MatrixScaling()).fit(logits, y)
+    >>> sorted(search.best_params_)
+    ['reg_bias', 'reg_off_diagonal']
+    >>> search.predict_proba(logits[:2]).shape
+    (2, 3)
+    >>> tuned_scaling(MatrixScaling(), quick=True).reg_bias
+    1.0
+    """
+    if grid is None:
+        if isinstance(estimator, MatrixScaling):
+            grid = [{"reg_off_diagonal": [value], "reg_bias": [value]} for value in values]
+        elif isinstance(estimator, VectorScaling):
+            grid = {"reg_bias": list(values)}
+        else:
+            raise ValueError(
+                f"no default grid for {type(estimator).__name__}; pass grid= "
+                "(a GridSearchCV param_grid)"
+            )
+    if quick:
+        candidates = ParameterGrid(grid)
+        return clone(estimator).set_params(**candidates[len(candidates) // 2])
+    return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=cv)
