@@ -505,9 +505,13 @@ def test_nan_loss_stops_with_a_clear_error_and_the_user_model_is_intact():
     vit = tiny_vit()
     before = state_of(vit)
     model = quick(vit, train_transform=_NaNAtCall(bad=2))
-    with pytest.raises(TrainingDivergedError, match="diverged at epoch 1, step 2"):
+    with pytest.raises(TrainingDivergedError, match="diverged at epoch 1, step 2") as caught:
         model.fit(*image_data())
     assert not hasattr(model, "module_") and not hasattr(model, "classes_")
+    # The last good weights (after step 1) come back with the error, finite and trained.
+    kept = caught.value.module.backbone.model.state_dict()
+    assert all(torch.isfinite(value).all() for value in kept.values())
+    assert any(not torch.equal(kept[name], before[name]) for name in before)
     for name, value in vit.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
 
@@ -550,6 +554,22 @@ def test_resumed_fit_ends_with_the_same_weights(tmp_path):
     strip = [{k: v for k, v in e.items() if k != "time"} for e in reference.history_]
     assert [{k: v for k, v in e.items() if k != "time"} for e in resumed.history_] == strip
     np.testing.assert_allclose(resumed.predict_proba(X), reference.predict_proba(X), atol=1e-7)
+
+
+def test_unseeded_fit_resumes_with_the_interrupted_runs_seed(tmp_path):
+    X, y = image_data(n=48)
+    settings = dict(max_epochs=2, warmup_epochs=1, random_state=None)
+    checkpoint_dir = str(tmp_path / "run")
+    interrupted = quick(
+        checkpoint_dir=checkpoint_dir, train_transform=_InterruptAtCall(5), **settings
+    )
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit(X, y)
+    # A fresh unseeded fit would draw another seed; the resumed one must not refuse.
+    resumed = quick(checkpoint_dir=checkpoint_dir, train_transform=_identity, **settings)
+    resumed.fit(X, y)
+    assert len(resumed.history_) == 2
+    np.testing.assert_allclose(resumed.predict_proba(X).sum(axis=1), 1.0, atol=1e-6)
 
 
 @requires_cuda

@@ -11,7 +11,10 @@ reach the representation as well as the confidence.
 from __future__ import annotations
 
 import copy
+import json
 import numbers
+import os
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,7 +32,7 @@ from reliacal.backbones import BackboneAdapter, BackboneOutput, as_backbone
 from reliacal.calibrators import TemperatureScaling
 from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
 from reliacal.finetune.losses import brier_loss, get_base_loss
-from reliacal.training import TrainingConfig, fit_module
+from reliacal.training import TrainingConfig, TrainingDivergedError, fit_module
 
 __all__ = ["CalAttnFinetuner"]
 
@@ -189,6 +192,29 @@ def _shared_seed(random_state) -> int:
         holder = [seed]
         distributed.broadcast_object_list(holder, src=0)
         seed = int(holder[0])
+    return seed
+
+
+def _resumable_seed(seed: int, checkpoint_dir: str | None) -> int:
+    """The seed a run in ``checkpoint_dir`` started with, else ``seed`` (recorded there).
+
+    Without an integer ``random_state`` every fit draws a new seed; a fit that
+    resumes an interrupted run must reuse the interrupted run's seed, or the
+    split and the trainer's configuration would differ from the checkpoint's.
+    """
+    if checkpoint_dir is None:
+        return seed
+    path = Path(checkpoint_dir) / "calattn_seed.json"
+    if path.is_file():
+        return int(json.loads(path.read_text())["seed"])
+    distributed = torch.distributed
+    if not (distributed.is_available() and distributed.is_initialized()) or (
+        distributed.get_rank() == 0
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"seed": seed}))
+        os.replace(temporary, path)
     return seed
 
 
@@ -466,13 +492,15 @@ mixed_precision, checkpoint_dir, device, verbose
         ValueError
             Invalid settings or inputs.
         reliacal.training.TrainingDivergedError
-            A NaN or infinite loss (a ``ValueError``).
+            A NaN or infinite loss (a ``ValueError``). The estimator stays
+            unfitted; the error's ``module`` attribute holds the network with
+            the last good weights.
         """
         self._check_params()
         base = get_base_loss(
             self.base_loss, label_smoothing=self.label_smoothing, focal_gamma=self.focal_gamma
         )
-        seed = _shared_seed(self.random_state)
+        seed = _resumable_seed(_shared_seed(self.random_state), self.checkpoint_dir)
         config = self._training_config(
             optimizer=self.optimizer,
             grad_clip_norm=self.grad_clip_norm,
@@ -519,15 +547,21 @@ mixed_precision, checkpoint_dir, device, verbose
             train = Subset(dataset, train_index.tolist())
             validation = Subset(dataset, validation_index.tolist())
 
-        result = fit_module(
-            network,
-            _CalAttnLoss(base, float(self.lambda_brier), n_classes),
-            train,
-            config=config,
-            validation_data=validation,
-            logits_fn=_calibrated_logits,
-            train_transform=self.train_transform,
-        )
+        try:
+            result = fit_module(
+                network,
+                _CalAttnLoss(base, float(self.lambda_brier), n_classes),
+                train,
+                config=config,
+                validation_data=validation,
+                logits_fn=_calibrated_logits,
+                train_transform=self.train_transform,
+            )
+        except TrainingDivergedError as error:
+            # The estimator stays unfitted, but the trained work is not lost: the
+            # network with the last good weights travels with the error.
+            error.module = network
+            raise
         self.module_ = network
         self.token_ = network.token
         self.history_ = result.history
