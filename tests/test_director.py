@@ -514,3 +514,33 @@ def test_score_on_a_shuffling_loader_pairs_each_prediction_with_its_label(digits
     loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
     expected = fitted_vit.score(X.numpy(), y.numpy())
     assert fitted_vit.score(loader) == pytest.approx(expected)
+
+
+def test_resumed_fit_keeps_the_history_of_every_epoch(
+    digits, trained_teacher, tmp_path, monkeypatch
+):
+    import reliacal.finetune.director as director_module
+
+    X, y = digits
+    settings = dict(
+        max_epochs=3,
+        batch_size=64,
+        ema_decay=None,
+        device="cpu",
+        random_state=0,
+        checkpoint_dir=str(tmp_path / "run"),
+    )
+    record = director_module._record_components
+
+    def interrupt_after_epoch_2(history, loss, epoch, logs):
+        record(history, loss, epoch, logs)
+        if epoch == 2:
+            raise KeyboardInterrupt  # after the epoch's checkpoint is written
+
+    monkeypatch.setattr(director_module, "_record_components", interrupt_after_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        DiffusionReconfigurer(trained_teacher, **settings).fit(X[:128], y[:128])
+    monkeypatch.setattr(director_module, "_record_components", record)
+    resumed = DiffusionReconfigurer(trained_teacher, **settings).fit(X[:128], y[:128])
+    assert [entry["epoch"] for entry in resumed.history_] == [1, 2, 3]
+    assert "train_cross_entropy" in resumed.history_[-1]

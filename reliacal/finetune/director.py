@@ -204,7 +204,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
     history_ : list of dict
         Per epoch: the training loop's entries (``train_loss``, ``val_ece``, ...)
         and the loss components ``train_mean_matching``,
-        ``train_noise_matching``, ``train_cross_entropy`` (and ``val_*``).
+        ``train_noise_matching``, ``train_cross_entropy`` (and ``val_*``);
+        after a resumed fit, epochs trained before the interruption carry the
+        loop's entries only.
     best_epoch_ : int
         Epoch (from 1) of the kept weights.
 
@@ -397,7 +399,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
             callbacks=[functools.partial(_record_components, history, loss)],
         )
         self.model_ = student.cpu().eval()
-        self.history_ = history or result.history
+        # The trainer's history covers every epoch, also those before a resume; the
+        # per-component losses exist only for the epochs this call trained.
+        components = {entry["epoch"]: entry for entry in history}
+        self.history_ = [
+            {**entry, **components.get(entry["epoch"], {})} for entry in result.history
+        ]
         self.best_epoch_ = result.best_epoch
         self.n_blocks_ = n_blocks
         self.n_reconfigured_ = k
