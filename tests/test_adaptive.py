@@ -24,7 +24,7 @@ from reliacal.calibrators.adaptive import (
     _gaussian_kl,
 )
 from reliacal.metrics import ece_scorer, expected_calibration_error
-from reliacal.training import TrainingDivergedError
+from reliacal.training import TrainingDivergedError, TrainingResult
 
 
 def _tiny_network(n_features=5, n_classes=3, latent_dim=4):
@@ -229,6 +229,58 @@ def test_sample_dependent_temperature_beats_any_single_temperature():
     temperature = model.temperature(X_test)
     # the over-confident group is softened, the under-confident one sharpened
     assert temperature[group == 0].mean() > 1.5 > 1.0 > temperature[group == 1].mean()
+
+
+def test_temperature_starts_at_the_nll_optimal_single_temperature():
+    logits, y = _logit_problem()
+    # A vanishing learning rate leaves the network at its start; with no validation part
+    # the start is TemperatureScaling on all the data (the exact solver is the oracle).
+    model = AdaptiveTS(
+        hidden_layer_sizes=(8,),
+        temperature_hidden_sizes=(4,),
+        max_epochs=1,
+        learning_rate=1e-12,
+        validation_fraction=0.0,
+        n_iter_no_change=None,
+        random_state=0,
+    ).fit(logits, y)
+    expected = TemperatureScaling().fit(logits, y).temperature_
+    assert model.initial_temperature_ == pytest.approx(expected, rel=1e-9)
+    np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-4)
+    assert not model.fell_back_
+    published = AdaptiveTS(
+        hidden_layer_sizes=(8,),
+        temperature_hidden_sizes=(4,),
+        max_epochs=1,
+        learning_rate=1e-12,
+        validation_fraction=0.0,
+        n_iter_no_change=None,
+        initial_temperature=None,
+        random_state=0,
+    ).fit(logits, y)
+    assert published.initial_temperature_ is None
+    assert np.ptp(published.temperature(logits)) > 1e-6
+
+
+def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch):
+    logits, y = _logit_problem()
+    real_fit_module = adaptive.fit_module
+
+    def no_epoch_beats_the_start(module, *args, **kwargs):
+        result = real_fit_module(module, *args, **kwargs)
+        with torch.no_grad():  # a network far from any useful temperature
+            module.temperature_head[-1].weight.normal_(std=10.0)
+        return TrainingResult(result.history, result.best_epoch, math.inf, result.stopped_early)
+
+    monkeypatch.setattr(adaptive, "fit_module", no_epoch_beats_the_start)
+    model = AdaptiveTS(
+        hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,), max_epochs=2, random_state=0
+    ).fit(logits, y)
+    assert model.fell_back_
+    expected = TemperatureScaling().fit(logits, y).temperature_
+    # fitted on the 80% training part only, so close to (not equal to) the full-data optimum
+    assert model.initial_temperature_ == pytest.approx(expected, rel=0.2)
+    np.testing.assert_allclose(model.temperature(logits), model.initial_temperature_, rtol=1e-4)
 
 
 def test_calibrated_logits_are_the_logits_over_the_temperature():

