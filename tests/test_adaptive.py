@@ -277,10 +277,15 @@ def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch):
         hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,), max_epochs=2, random_state=0
     ).fit(logits, y)
     assert model.fell_back_
+    # the start is fitted on the 80% training part; the kept temperature on every row
     expected = TemperatureScaling().fit(logits, y).temperature_
-    # fitted on the 80% training part only, so close to (not equal to) the full-data optimum
-    assert model.initial_temperature_ == pytest.approx(expected, rel=0.2)
-    np.testing.assert_allclose(model.temperature(logits), model.initial_temperature_, rtol=1e-4)
+    assert model.initial_temperature_ != pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        model.predict_proba(logits),
+        TemperatureScaling().fit(logits, y).predict_proba(logits),
+        atol=1e-5,
+    )
 
 
 def test_calibrated_logits_are_the_logits_over_the_temperature():

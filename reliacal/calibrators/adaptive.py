@@ -312,10 +312,11 @@ class AdaptiveTS(BaseCalibrator):
       worse than a single temperature (on cross-validation halves of the
       demo's 450 digits, NLL 15% above TemperatureScaling's, 0.1% with this
       start). The starting point also competes in the epoch selection: when
-      no epoch's validation NLL is below the single temperature's, the head
-      is reset to it (``fell_back_``), so the fit is never worse than
-      TemperatureScaling on the validation part. ``None`` is the published
-      random start.
+      no epoch's validation NLL is below the single temperature's, the
+      per-sample part is dropped (``fell_back_``) and ``T(x)`` becomes the
+      TemperatureScaling temperature of all the calibration data, training
+      and validation parts together: the fit is then exactly
+      TemperatureScaling. ``None`` is the published random start.
 
     Parameters
     ----------
@@ -398,7 +399,8 @@ class AdaptiveTS(BaseCalibrator):
         ``None`` with ``initial_temperature=None``.
     fell_back_ : bool
         Whether the single starting temperature beat every epoch on the
-        validation part and was kept (then ``T(x)`` is that constant).
+        validation part (then ``T(x)`` is the constant TemperatureScaling
+        temperature of all the calibration data).
     classes_ : ndarray of shape (K,)
         Label of each logit column.
     n_features_in_ : int
@@ -627,7 +629,11 @@ class AdaptiveTS(BaseCalibrator):
                 torch.as_tensor(y_index[validation_rows]),
             ).item()
             if not global_nll > result.best_score:
-                self.network_.start_at(global_ts.temperature_)
+                # The choice is made; the single temperature now uses every row.
+                refitted = TemperatureScaling(classes=np.arange(logits.shape[1])).fit(
+                    logits, y_index, sample_weight=weights
+                )
+                self.network_.start_at(refitted.temperature_)
                 self.fell_back_ = True
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
