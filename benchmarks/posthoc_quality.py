@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f" except {adaptive_params}" if adaptive_params else "")
         + ", random_state = the split's seed; each `n_samples` row is the fitted network of the row "
         f"above, averaging its probabilities over {N_SAMPLES} seeded latent samples instead of "
-        "predicting at the posterior mean (the default).",
+        "predicting at the posterior mean (the default); each `seed + "
+        f"{OTHER_SEED}` row is a second fit with random_state = the split's seed + {OTHER_SEED}.",
         "",
     ]
     summary = []
