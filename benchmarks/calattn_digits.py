@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.model_selection import train_test_split
 
 from reliacal.datasets import (
     default_digits_training_config,
     load_digits_images,
     make_tiny_vit,
+    train_calibration_test_split,
     train_digits_classifier,
 )
 from reliacal.finetune.calattn import CalAttnFinetuner
@@ -72,21 +72,6 @@ class RandomShift:
         return torch.stack(
             [padded[i, :, dy : dy + height, dx : dx + width] for i, (dy, dx) in enumerate(offsets)]
         )
-
-
-def split(X, y, seed):
-    """Stratified pre-training / fine-tuning / test parts."""
-    X_rest, X_test, y_rest, y_test = train_test_split(
-        X, y, test_size=TEST_FRACTION, random_state=seed, stratify=y
-    )
-    X_pre, X_fine, y_pre, y_fine = train_test_split(
-        X_rest,
-        y_rest,
-        train_size=PRETRAIN_FRACTION / (1 - TEST_FRACTION),
-        random_state=seed,
-        stratify=y_rest,
-    )
-    return (X_pre, y_pre), (X_fine, y_fine), (X_test, y_test)
 
 
 def finetuner(backbone, base_loss, lambda_brier, calibration_head, seed, epochs):
@@ -127,7 +112,18 @@ def run_quality(seeds, epochs, log):
     results = {}  # (loss, method) -> list of per-seed score dicts
     models = {}
     for seed in seeds:
-        (X_pre, y_pre), (X_fine, y_fine), (X_test, y_test) = split(X, y, seed)
+        # Stratified pre-training / fine-tuning / test parts (the "calibration" part is the
+        # fine-tuning data here).
+        parts = train_calibration_test_split(
+            X,
+            y,
+            calibration_size=1 - PRETRAIN_FRACTION - TEST_FRACTION,
+            test_size=TEST_FRACTION,
+            random_state=seed,
+        )
+        X_pre, y_pre = parts.X_train, parts.y_train
+        X_fine, y_fine = parts.X_calibration, parts.y_calibration
+        X_test, y_test = parts.X_test, parts.y_test
         start = time.perf_counter()
         pretrained, _ = train_digits_classifier(
             X_pre,
