@@ -19,7 +19,9 @@ fitted on the calibration half and scored on the test half:
   the latent code (its default) and, in a second row, the same fitted
   network averaging its probabilities over ``N_SAMPLES`` seeded latent
   samples, and a second fit with another seed (``OTHER_SEED``), whose gap
-  to the first is what the seed alone changes.
+  to the first is what the seed alone changes; and a fit with
+  ``confidence_inputs=True`` (an option chosen on the tuning splits of
+  ``adaptive_ts_variants.py``, evaluated here on unseen ones).
 
 Under each table, the measurement floor: the ECE that a perfectly calibrated
 model with TemperatureScaling's probabilities measures on the test part
@@ -171,13 +173,17 @@ class Method(NamedTuple):
     sampled_row: bool = False  # also score the fitted AdaptiveTS with n_samples = N_SAMPLES
 
 
-def adaptive_method(adaptive_params: dict, *, seed_offset=0, n_logits=None) -> Method:
+def adaptive_method(
+    adaptive_params: dict, *, seed_offset=0, n_logits=None, sampled_row=None
+) -> Method:
     def fit(X, y, seed):
         return AdaptiveTS(
             n_logits=n_logits, random_state=seed + seed_offset, **adaptive_params
         ).fit(X, y)
 
-    return Method(fit, reads_features=n_logits is not None, sampled_row=seed_offset == 0)
+    if sampled_row is None:
+        sampled_row = seed_offset == 0
+    return Method(fit, reads_features=n_logits is not None, sampled_row=sampled_row)
 
 
 def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, Method]:
@@ -190,6 +196,9 @@ def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, Method]
     methods["AdaptiveTS (logits)"] = adaptive_method(adaptive_params)
     methods[f"AdaptiveTS (logits, seed + {OTHER_SEED})"] = adaptive_method(
         adaptive_params, seed_offset=OTHER_SEED
+    )
+    methods["AdaptiveTS (logits, confidence_inputs=True)"] = adaptive_method(
+        {**adaptive_params, "confidence_inputs": True}, sampled_row=False
     )
     return methods
 
@@ -270,6 +279,9 @@ def feature_methods(adaptive_params: dict, n_logits: int) -> dict[str, Method]:
         "AdaptiveTS (features + logits)": adaptive_method(adaptive_params, n_logits=n_logits),
         f"AdaptiveTS (features + logits, seed + {OTHER_SEED})": adaptive_method(
             adaptive_params, n_logits=n_logits, seed_offset=OTHER_SEED
+        ),
+        "AdaptiveTS (features + logits, confidence_inputs=True)": adaptive_method(
+            {**adaptive_params, "confidence_inputs": True}, n_logits=n_logits, sampled_row=False
         ),
     }
 
@@ -422,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         + ", random_state = the split's seed; each `n_samples` row is the fitted network of the row "
         f"above, averaging its probabilities over {N_SAMPLES} seeded latent samples instead of "
         "predicting at the posterior mean (the default); each `seed + "
-        f"{OTHER_SEED}` row is a second fit with random_state = the split's seed + {OTHER_SEED}.",
+        f"{OTHER_SEED}` row is a second fit with random_state = the split's seed + {OTHER_SEED}; "
+        "each `confidence_inputs=True` row is a fit with that option (chosen on the tuning "
+        "splits of `adaptive_ts_variants.py`, evaluated here).",
         "",
     ]
     summary = []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import requires_cuda
-from scipy.special import softmax
+from scipy.special import log_softmax, softmax
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
@@ -157,6 +157,51 @@ def test_loss_backpropagates_into_every_parameter(n_classes):
         assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), name
 
 
+def test_confidence_statistics_match_a_numpy_computation():
+    logits = np.random.default_rng(0).normal(scale=3.0, size=(50, 6))
+    log_p = log_softmax(logits, axis=1)
+    ordered = np.sort(log_p, axis=1)
+    expected = np.stack(
+        [ordered[:, -1], ordered[:, -1] - ordered[:, -2], -(np.exp(log_p) * log_p).sum(axis=1)],
+        axis=1,
+    )
+    actual = adaptive.confidence_statistics(torch.as_tensor(logits)).numpy()
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_confidence_inputs_enter_the_temperature_head_standardised():
+    torch.manual_seed(0)
+    network = _AdaptiveTemperatureNetwork(
+        5,
+        3,
+        latent_dim=4,
+        hidden_layer_sizes=(8,),
+        temperature_hidden_sizes=(7,),
+        confidence_inputs=True,
+    )
+    assert network.temperature_head[0].in_features == 3 + 3
+    logits = torch.randn(200, 3) * 4
+    network.set_confidence_reference(logits, 2.0)
+    standardised = (
+        adaptive.confidence_statistics(logits / 2.0) - network.statistics_mean
+    ) / network.statistics_scale
+    torch.testing.assert_close(standardised.mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(standardised.std(0), torch.ones(3), atol=1e-5, rtol=0)
+    # The same latent code with less confident logits: another temperature. The published
+    # head reads the latent code alone.
+    latent = torch.randn(200, 4)
+    with torch.no_grad():
+        changed = network.temperature_of(latent, logits) - network.temperature_of(
+            latent, logits / 3
+        )
+        published = _tiny_network()
+        unchanged = published.temperature_of(latent, logits) - published.temperature_of(
+            latent, logits / 3
+        )
+    assert float(changed.abs().max()) > 1e-3
+    assert float(unchanged.abs().max()) == 0.0
+
+
 # --- the estimator -----------------------------------------------------------------------------
 
 TINY = dict(
@@ -231,6 +276,41 @@ def test_sample_dependent_temperature_beats_any_single_temperature():
     assert temperature[group == 0].mean() > 1.5 > 1.0 > temperature[group == 1].mean()
 
 
+def _confidence_miscalibrated(n, seed):
+    """Logits only: labels drawn from softmax(clean); confident rows (top probability > 0.6)
+    are observed over-confident (3 * clean), the others under-confident (0.5 * clean)."""
+    rng = np.random.default_rng(seed)
+    clean = rng.normal(scale=2.0, size=(n, 4))
+    probabilities = softmax(clean, axis=1)
+    y = (rng.random(n)[:, None] > np.cumsum(probabilities, axis=1)).sum(axis=1)
+    confident = probabilities.max(axis=1) > 0.6
+    return clean * np.where(confident, 3.0, 0.5)[:, None], y, confident
+
+
+def test_confidence_inputs_fix_a_confidence_dependent_miscalibration():
+    logits_cal, y_cal = _confidence_miscalibrated(2000, seed=0)[:2]
+    logits_test, y_test, confident = _confidence_miscalibrated(4000, seed=1)
+    best_single = min(
+        expected_calibration_error(y_test, softmax(logits_test / t, axis=1))
+        for t in np.geomspace(0.1, 10, 400)
+    )
+    assert best_single > 0.05
+    model = AdaptiveTS(
+        latent_dim=2,
+        hidden_layer_sizes=(32,),
+        temperature_hidden_sizes=(16,),
+        max_epochs=10,
+        batch_size=32,
+        learning_rate=5e-3,
+        confidence_inputs=True,
+        random_state=0,
+    ).fit(logits_cal, y_cal)
+    assert not model.fell_back_
+    assert expected_calibration_error(y_test, model.predict_proba(logits_test)) < 0.5 * best_single
+    temperature = model.temperature(logits_test)
+    assert temperature[confident].mean() > 1.5 * temperature[~confident].mean()
+
+
 def test_temperature_starts_at_the_nll_optimal_single_temperature():
     logits, y = _logit_problem()
     # A vanishing learning rate leaves the network at its start; with no validation part
@@ -262,7 +342,8 @@ def test_temperature_starts_at_the_nll_optimal_single_temperature():
     assert np.ptp(published.temperature(logits)) > 1e-6
 
 
-def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch):
+@pytest.mark.parametrize("confidence_inputs", [False, True])
+def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch, confidence_inputs):
     logits, y = _logit_problem()
     real_fit_module = adaptive.fit_module
 
@@ -274,7 +355,11 @@ def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch):
 
     monkeypatch.setattr(adaptive, "fit_module", no_epoch_beats_the_start)
     model = AdaptiveTS(
-        hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,), max_epochs=2, random_state=0
+        hidden_layer_sizes=(8,),
+        temperature_hidden_sizes=(4,),
+        max_epochs=2,
+        confidence_inputs=confidence_inputs,
+        random_state=0,
     ).fit(logits, y)
     assert model.fell_back_
     # the start is fitted on the 80% training part; the kept temperature on every row
@@ -348,9 +433,10 @@ def test_pickle_and_clone():
 
 
 @requires_cuda
-def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu():
+@pytest.mark.parametrize("confidence_inputs", [False, True])
+def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu(confidence_inputs):
     logits, y = _logit_problem()
-    model = AdaptiveTS(**TINY, device="cuda").fit(logits, y)
+    model = AdaptiveTS(**TINY, confidence_inputs=confidence_inputs, device="cuda").fit(logits, y)
     expected = model.predict_proba(logits)
     restored = pickle.loads(pickle.dumps(model))
     restored.set_params(device="cpu")
@@ -450,6 +536,23 @@ def test_grid_search_over_latent_size_and_epochs(mode):
     scores = search.cv_results_["mean_test_score"]
     assert scores.shape == (4,) and bool(np.all(np.isfinite(scores))) and bool(np.all(scores <= 0))
     assert search.best_estimator_.predict_proba(X).shape == (240, 3)
+
+
+def test_grid_search_over_confidence_inputs_and_pickle():
+    X, y = _logit_problem(n=240)
+    grid = {"confidence_inputs": [False, True]}
+    search = GridSearchCV(AdaptiveTS(**TINY), grid, scoring=ece_scorer, cv=2).fit(X, y)
+    assert search.cv_results_["mean_test_score"].shape == (2,)
+    model = AdaptiveTS(**TINY, confidence_inputs=True).fit(X, y)
+    assert model.network_.temperature_head[0].in_features == 3 + 3
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.temperature(X), model.temperature(X))
+    # the standardisation is the training part's (80% of the rows), not all rows'
+    statistics = adaptive.confidence_statistics(
+        torch.as_tensor(X, dtype=torch.float32) / model.initial_temperature_
+    )
+    assert not torch.allclose(statistics.mean(0), model.network_.statistics_mean, atol=1e-6)
+    torch.testing.assert_close(statistics.mean(0), model.network_.statistics_mean, atol=0.2, rtol=0)
 
 
 def test_unit_sample_weights_change_nothing_and_zero_weights_are_ignored_by_the_loss():
