@@ -299,7 +299,8 @@ def test_confidence_inputs_fix_a_confidence_dependent_miscalibration():
     logits_test, y_test, confident = _confidence_miscalibrated(4000, seed=1)
     best_single = _best_single_temperature_ece(y_test, logits_test)
     assert best_single > 0.05
-    # (the published head, with these settings, stays near best_single on this data)
+    # Measured with these settings: best single T 0.074, the published head 0.077 (it does
+    # not find the confidence through the latent code), this option 0.025.
     model = AdaptiveTS(**SYNTHETIC, confidence_inputs=True).fit(logits_cal, y_cal)
     assert not model.fell_back_
     assert expected_calibration_error(y_test, model.predict_proba(logits_test)) < 0.5 * best_single
