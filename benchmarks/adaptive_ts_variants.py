@@ -173,7 +173,7 @@ def load(name: str, seeds: range):
     """(X for AdaptiveTS, logits, labels, n_logits, splits) of one dataset."""
     if name == "digits":
         pooled, logits, y, _ = quality.digits_outputs(False, lambda message: None)
-        splits = quality.digits_splits(y, 360, seeds)
+        splits = quality.digits_splits(y, quality.DIGITS_CALIBRATION_SIZE, seeds)
         return np.hstack([pooled, logits]), logits, y, logits.shape[1], splits
     with np.load(quality.DATA_DIR / f"{name}.npz") as data:
         logits = quality.log_probabilities(data["predictions"])

@@ -101,6 +101,8 @@ RECORDS = (
     "wideresnet-16-4-cifar-100",
 )
 CALIBRATION_SIZE = 5000
+# Calibration images of each digits split (the other 450 held-out images are the test part).
+DIGITS_CALIBRATION_SIZE = 360
 MS_GRID = (1e-3, 1e-2, 1e-1, 1.0)
 N_SAMPLES = 32
 # The second AdaptiveTS fit of each split uses random_state = the split's seed + this offset:
@@ -174,15 +176,13 @@ class Method(NamedTuple):
 
 
 def adaptive_method(
-    adaptive_params: dict, *, seed_offset=0, n_logits=None, sampled_row=None
+    adaptive_params: dict, *, seed_offset=0, n_logits=None, sampled_row=False
 ) -> Method:
     def fit(X, y, seed):
         return AdaptiveTS(
             n_logits=n_logits, random_state=seed + seed_offset, **adaptive_params
         ).fit(X, y)
 
-    if sampled_row is None:
-        sampled_row = seed_offset == 0
     return Method(fit, reads_features=n_logits is not None, sampled_row=sampled_row)
 
 
@@ -193,12 +193,12 @@ def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, Method]
     }
     if dirichlet:
         methods["Dirichlet (MS + ODIR)"] = Method(dirichlet_odir)
-    methods["AdaptiveTS (logits)"] = adaptive_method(adaptive_params)
+    methods["AdaptiveTS (logits)"] = adaptive_method(adaptive_params, sampled_row=True)
     methods[f"AdaptiveTS (logits, seed + {OTHER_SEED})"] = adaptive_method(
         adaptive_params, seed_offset=OTHER_SEED
     )
     methods["AdaptiveTS (logits, confidence_inputs=True)"] = adaptive_method(
-        {**adaptive_params, "confidence_inputs": True}, sampled_row=False
+        {**adaptive_params, "confidence_inputs": True}
     )
     return methods
 
@@ -276,12 +276,14 @@ def run_splits(
 def feature_methods(adaptive_params: dict, n_logits: int) -> dict[str, Method]:
     """AdaptiveTS on the pooled features beside the logits (``n_logits`` last columns)."""
     return {
-        "AdaptiveTS (features + logits)": adaptive_method(adaptive_params, n_logits=n_logits),
+        "AdaptiveTS (features + logits)": adaptive_method(
+            adaptive_params, n_logits=n_logits, sampled_row=True
+        ),
         f"AdaptiveTS (features + logits, seed + {OTHER_SEED})": adaptive_method(
             adaptive_params, n_logits=n_logits, seed_offset=OTHER_SEED
         ),
         "AdaptiveTS (features + logits, confidence_inputs=True)": adaptive_method(
-            {**adaptive_params, "confidence_inputs": True}, n_logits=n_logits, sampled_row=False
+            {**adaptive_params, "confidence_inputs": True}, n_logits=n_logits
         ),
     }
 
@@ -463,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_digits:
         log("digits (tiny ViT)")
         pooled, logits, y, train_seconds = digits_outputs(args.quick, log)
-        n_calibration = 360
+        n_calibration = DIGITS_CALIBRATION_SIZE
         methods = {
             **make_methods(adaptive_params, dirichlet=True),
             **feature_methods(adaptive_params, n_logits=logits.shape[1]),
