@@ -302,7 +302,7 @@ def test_confidence_inputs_fix_a_confidence_dependent_miscalibration():
     # Measured with these settings: best single T 0.074, the published head 0.077 (it does
     # not find the confidence through the latent code), this option 0.025.
     model = AdaptiveTS(**SYNTHETIC, confidence_inputs=True).fit(logits_cal, y_cal)
-    assert not model.fell_back_
+    assert not model.members_[0].fell_back
     assert expected_calibration_error(y_test, model.predict_proba(logits_test)) < 0.5 * best_single
     temperature = model.temperature(logits_test)
     assert temperature[confident].mean() > 1.5 * temperature[~confident].mean()
@@ -322,9 +322,9 @@ def test_temperature_starts_at_the_nll_optimal_single_temperature():
         random_state=0,
     ).fit(logits, y)
     expected = TemperatureScaling().fit(logits, y).temperature_
-    assert model.initial_temperature_ == pytest.approx(expected, rel=1e-9)
+    assert model.members_[0].initial_temperature == pytest.approx(expected, rel=1e-9)
     np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-4)
-    assert not model.fell_back_
+    assert not model.members_[0].fell_back
     published = AdaptiveTS(
         hidden_layer_sizes=(8,),
         temperature_hidden_sizes=(4,),
@@ -335,7 +335,7 @@ def test_temperature_starts_at_the_nll_optimal_single_temperature():
         initial_temperature=None,
         random_state=0,
     ).fit(logits, y)
-    assert published.initial_temperature_ is None
+    assert published.members_[0].initial_temperature is None
     assert np.ptp(published.temperature(logits)) > 1e-6
 
 
@@ -358,10 +358,10 @@ def test_single_temperature_is_kept_when_no_epoch_beats_it(monkeypatch, confiden
         confidence_inputs=confidence_inputs,
         random_state=0,
     ).fit(logits, y)
-    assert model.fell_back_
+    assert model.members_[0].fell_back
     # the start is fitted on the 80% training part; the kept temperature on every row
     expected = TemperatureScaling().fit(logits, y).temperature_
-    assert model.initial_temperature_ != pytest.approx(expected, rel=1e-6)
+    assert model.members_[0].initial_temperature != pytest.approx(expected, rel=1e-6)
     np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-5)
     np.testing.assert_allclose(
         model.predict_proba(logits),
@@ -381,7 +381,8 @@ def test_calibrated_logits_are_the_logits_over_the_temperature():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(proba.argmax(axis=1), logits.argmax(axis=1))
     np.testing.assert_array_equal(model.predict(logits), logits.argmax(axis=1))
-    assert 1 <= model.best_epoch_ <= model.n_iter_ == len(model.history_)
+    (member,) = model.members_
+    assert 1 <= member.best_epoch <= len(member.history)
 
 
 @pytest.mark.parametrize("n_samples", [1, 4])
@@ -423,17 +424,18 @@ def test_pickle_and_clone():
     restored = pickle.loads(pickle.dumps(model))
     np.testing.assert_array_equal(restored.predict_proba(logits), model.predict_proba(logits))
     np.testing.assert_array_equal(restored.temperature(logits), model.temperature(logits))
-    assert all(t.device.type == "cpu" for t in restored.network_.state_dict().values())
+    assert all(t.device.type == "cpu" for t in restored.members_[0].network.state_dict().values())
     fresh = clone(model)
     assert fresh.get_params() == model.get_params()
-    assert not hasattr(fresh, "network_")
+    assert not hasattr(fresh, "members_")
 
 
 @requires_cuda
-@pytest.mark.parametrize("confidence_inputs", [False, True])
-def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu(confidence_inputs):
+@pytest.mark.parametrize(("confidence_inputs", "n_members"), [(False, 1), (True, 2)])
+def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu(confidence_inputs, n_members):
     logits, y = _logit_problem()
-    model = AdaptiveTS(**TINY, confidence_inputs=confidence_inputs, device="cuda").fit(logits, y)
+    params = {**TINY, "confidence_inputs": confidence_inputs, "n_members": n_members}
+    model = AdaptiveTS(**params, device="cuda").fit(logits, y)
     expected = model.predict_proba(logits)
     restored = pickle.loads(pickle.dumps(model))
     restored.set_params(device="cpu")
@@ -444,7 +446,7 @@ def test_features_and_logits_side_by_side():
     logits, y = _logit_problem()
     features = np.random.default_rng(1).normal(size=(300, 5))
     model = AdaptiveTS(**TINY, n_logits=3).fit(np.hstack([features, logits]), y)
-    assert model.network_.encoder[0].in_features == 5
+    assert model.members_[0].network.encoder[0].in_features == 5
     assert model.feature_mean_.shape == (5,)
     np.testing.assert_allclose(model.feature_mean_, features.mean(axis=0))
     np.testing.assert_allclose(model.feature_scale_, features.std(axis=0))
@@ -464,7 +466,7 @@ def test_auto_widths_are_the_published_ones_for_wide_features(n_features, expect
     if n_features > 3:
         X = np.hstack([X, rng.normal(size=(40, 3))])
         params["n_logits"] = 3
-    network = AdaptiveTS(**params).fit(X, y).network_
+    network = AdaptiveTS(**params).fit(X, y).members_[0].network
     widths = tuple(m.out_features for m in network.encoder if isinstance(m, torch.nn.Linear))
     assert widths == expected
 
@@ -510,7 +512,7 @@ def test_backbone_mode_uses_pooled_features_and_logits_of_one_pass():
         rtol=1e-5,
         atol=1e-7,
     )
-    assert from_backbone.network_.encoder[0].in_features == 6
+    assert from_backbone.members_[0].network.encoder[0].in_features == 6
 
 
 @pytest.mark.parametrize("mode", ["logits", "features+logits", "backbone"])
@@ -527,7 +529,7 @@ def test_grid_search_over_latent_size_and_epochs(mode):
     search = GridSearchCV(estimator, grid, scoring=ece_scorer, cv=2).fit(X, y)
     assert search.best_params_["latent_dim"] in (1, 3)
     assert (
-        search.best_estimator_.network_.posterior_mean_head.out_features
+        search.best_estimator_.members_[0].network.posterior_mean_head.out_features
         == (search.best_params_["latent_dim"])
     )
     scores = search.cv_results_["mean_test_score"]
@@ -541,15 +543,77 @@ def test_grid_search_over_confidence_inputs_and_pickle():
     search = GridSearchCV(AdaptiveTS(**TINY), grid, scoring=ece_scorer, cv=2).fit(X, y)
     assert search.cv_results_["mean_test_score"].shape == (2,)
     model = AdaptiveTS(**TINY, confidence_inputs=True).fit(X, y)
-    assert model.network_.temperature_head[0].in_features == 3 + 3
+    (member,) = model.members_
+    assert member.network.temperature_head[0].in_features == 3 + 3
     restored = pickle.loads(pickle.dumps(model))
     np.testing.assert_array_equal(restored.temperature(X), model.temperature(X))
     # the standardisation is the training part's (80% of the rows), not all rows'
     statistics = adaptive.confidence_statistics(
-        torch.as_tensor(X, dtype=torch.float32) / model.initial_temperature_
+        torch.as_tensor(X, dtype=torch.float32) / member.initial_temperature
     )
-    assert not torch.allclose(statistics.mean(0), model.network_.statistics_mean, atol=1e-6)
-    torch.testing.assert_close(statistics.mean(0), model.network_.statistics_mean, atol=0.2, rtol=0)
+    assert not torch.allclose(statistics.mean(0), member.network.statistics_mean, atol=1e-6)
+    torch.testing.assert_close(statistics.mean(0), member.network.statistics_mean, atol=0.2, rtol=0)
+
+
+# --- n_members: an ensemble of networks with their own seeds ---------------------------------
+
+
+@pytest.mark.parametrize("confidence_inputs", [False, True])
+def test_members_are_plain_fits_and_the_temperature_is_their_geometric_mean(confidence_inputs):
+    logits, y = _logit_problem()
+    params = {**TINY, "confidence_inputs": confidence_inputs}
+    model = AdaptiveTS(**params, n_members=3).fit(logits, y)
+    seeds = [member.random_state for member in model.members_]
+    assert seeds[0] == TINY["random_state"] and len(set(seeds)) == 3
+    # The oracle: a plain fit with each member's seed trains the same network.
+    plain = [AdaptiveTS(**{**params, "random_state": seed}).fit(logits, y) for seed in seeds]
+    temperatures = np.stack([fit.temperature(logits) for fit in plain])
+    assert np.ptp(temperatures, axis=0).max() > 1e-3  # the members differ
+    expected = np.exp(np.log(temperatures).mean(axis=0))
+    np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        model.predict_proba(logits), softmax(logits / expected[:, None], axis=1), rtol=1e-5
+    )
+    np.testing.assert_array_equal(model.predict(logits), logits.argmax(axis=1))
+
+
+def test_members_pickle_clone_and_search():
+    X, y = _logit_problem(n=240)
+    search = GridSearchCV(AdaptiveTS(**TINY), {"n_members": [1, 2]}, scoring=ece_scorer, cv=2)
+    assert search.fit(X, y).cv_results_["mean_test_score"].shape == (2,)
+    model = AdaptiveTS(**TINY, n_members=2, n_samples=4).fit(X, y)
+    proba = model.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(proba.argmax(axis=1), X.argmax(axis=1))
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.predict_proba(X), proba)
+    assert not hasattr(clone(model), "members_")
+
+
+def test_a_diverging_member_keeps_the_members_before_it(monkeypatch):
+    logits, y = _logit_problem()
+    real_fit_module = adaptive.fit_module
+    calls = []
+
+    def second_member_diverges(module, *args, **kwargs):
+        calls.append(module)
+        if len(calls) == 2:
+            raise TrainingDivergedError("training diverged at epoch 1 (test)")
+        return real_fit_module(module, *args, **kwargs)
+
+    monkeypatch.setattr(adaptive, "fit_module", second_member_diverges)
+    model = AdaptiveTS(**TINY, n_members=3)
+    with pytest.raises(TrainingDivergedError, match=r"members_\[1\]\.network"):
+        model.fit(logits, y)
+    first, second = model.members_
+    assert len(first.history) >= 1 and first.best_epoch >= 1
+    assert second.network is calls[1] and second.history == []
+
+
+def test_verbose_names_each_member(capsys):
+    logits, y = _logit_problem()
+    AdaptiveTS(**TINY, n_members=2, verbose=1).fit(logits, y)
+    assert "member 2 of 2" in capsys.readouterr().out
 
 
 def test_unit_sample_weights_change_nothing_and_zero_weights_are_ignored_by_the_loss():
@@ -623,11 +687,11 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_weights(monke
 
     monkeypatch.setattr(adaptive, "_adaptive_ts_loss", loss_that_breaks_on_the_fifth_step)
     model = AdaptiveTS(**TINY)
-    with pytest.raises(TrainingDivergedError, match="diverged.*network_"):
+    with pytest.raises(TrainingDivergedError, match=r"diverged.*members_\[0\]\.network"):
         model.fit(logits, y)
     assert seen["changed"]  # four good steps moved the weights before the bad one
-    torch.testing.assert_close(model.network_.prior_mean.detach(), seen["prior_mean"])
-    assert all(bool(torch.isfinite(p).all()) for p in model.network_.parameters())
+    torch.testing.assert_close(model.members_[0].network.prior_mean.detach(), seen["prior_mean"])
+    assert all(bool(torch.isfinite(p).all()) for p in model.members_[0].network.parameters())
 
 
 def test_check_estimator_in_logits_mode():
