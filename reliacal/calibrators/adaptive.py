@@ -539,8 +539,8 @@ class AdaptiveTS(BaseCalibrator):
     >>> ensemble = AdaptiveTS(hidden_layer_sizes=(16,), temperature_hidden_sizes=(8,),
     ...                       latent_dim=2, max_epochs=3, confidence_inputs=True,
     ...                       n_members=5, random_state=0).fit(logits, y)
-    >>> [member.random_state for member in ensemble.members_][0]
-    0
+    >>> len(ensemble.members_), ensemble.members_[0].random_state
+    (5, 0)
     >>> ensemble.temperature(logits).shape
     (300,)
     """
