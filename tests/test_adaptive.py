@@ -256,16 +256,13 @@ def _best_single_temperature_ece(y, logits):
     )
 
 
-# AdaptiveTS settings for the synthetic miscalibrations: small, and enough to learn them.
-SYNTHETIC = dict(
-    latent_dim=2,
-    hidden_layer_sizes=(32,),
-    temperature_hidden_sizes=(16,),
-    max_epochs=10,
-    batch_size=32,
-    learning_rate=5e-3,
-    random_state=0,
-)
+# AdaptiveTS settings for the synthetic miscalibrations: TINY, wide and long enough to learn them.
+SYNTHETIC = {
+    **TINY,
+    "hidden_layer_sizes": (32,),
+    "temperature_hidden_sizes": (16,),
+    "max_epochs": 10,
+}
 
 
 def test_sample_dependent_temperature_beats_any_single_temperature():
