@@ -20,11 +20,18 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from reliacal._training.checkpoint import CheckpointError
 from reliacal._training.checks import check_choice, check_dataset, check_int, check_number
 from reliacal._training.loop import PreservedHostRNG, Run
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 
-__all__ = ["TrainingConfig", "TrainingDivergedError", "TrainingResult", "fit_module"]
+__all__ = [
+    "CheckpointError",
+    "TrainingConfig",
+    "TrainingDivergedError",
+    "TrainingResult",
+    "fit_module",
+]
 
 _OPTIMIZERS = ("adamw", "adam", "sgd")
 _SCHEDULES = ("cosine", "step", "constant")
@@ -90,7 +97,8 @@ class TrainingConfig:
     checkpoint_dir : str or None, default=None
         Directory of ``checkpoint.pt``, rewritten after every epoch; when it
         exists, :func:`fit_module` resumes from it (a finished run returns at
-        once). Use a fresh directory for a new run.
+        once). Use a fresh directory for a new run. Each write is atomic and
+        records the file's SHA-256; a damaged file is refused, never resumed.
     device : str, default="auto"
         Passed to :func:`reliacal._device.resolve_device`.
     verbose : int, default=0
@@ -246,6 +254,10 @@ def fit_module(
     TrainingDivergedError
         On a NaN or infinite loss (or gradient), naming the epoch, the step and
         the loss; ``module`` keeps its weights from before that step.
+    CheckpointError
+        When ``checkpoint_dir`` is not a writable folder (checked before
+        training) or holds a damaged checkpoint; the message names the file.
+        It is a ``ValueError``.
     ValueError
         On invalid inputs or a checkpoint written by a different configuration.
 

@@ -20,17 +20,21 @@ from tqdm.auto import tqdm
 
 from reliacal._data import collate_fn_of
 from reliacal._device import resolve_device, to_device
+from reliacal._training.checkpoint import (
+    check_checkpoint_dir,
+    check_entries,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+)
 from reliacal._training.evaluation import as_input, batch_length, evaluate
 from reliacal._training.optim import Precision, make_optimizer, make_scheduler
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 from reliacal._training.state import (
     ExponentialMovingAverage,
     capture_rng_state,
-    checkpoint_path,
     cpu_state,
-    load_checkpoint,
     restore_rng_state,
-    save_checkpoint,
 )
 
 logger = logging.getLogger("reliacal")
@@ -49,7 +53,11 @@ class Run:
         self.rank = dist.get_rank() if self.distributed else 0
         self.world_size = dist.get_world_size() if self.distributed else 1
         self.device = _training_device(config.device, self.distributed)
-        self.path = checkpoint_path(config.checkpoint_dir) if config.checkpoint_dir else None
+        self.path = (
+            checkpoint_path(check_checkpoint_dir(config.checkpoint_dir))
+            if config.checkpoint_dir
+            else None
+        )
         self.checkpoint = load_checkpoint(self.path) if self.path is not None else None
         self.n_samples = len(train_data)
         if self.checkpoint is not None:
@@ -460,7 +468,31 @@ def _config_dict(config) -> dict[str, Any]:
     return {k: v for k, v in asdict(config).items() if k not in RESUMABLE_CHANGES}
 
 
+# What Run._save writes and Run._load reads.
+CHECKPOINT_ENTRIES = (
+    "config",
+    "seed",
+    "n_samples",
+    "epochs_done",
+    "finished",
+    "stopped_early",
+    "module",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "ema",
+    "best_state",
+    "best_epoch",
+    "best_score",
+    "epochs_without_improvement",
+    "history",
+    "last_lr",
+    "rng",
+)
+
+
 def _check_checkpoint_config(checkpoint: dict[str, Any], config, path) -> None:
+    check_entries(checkpoint, CHECKPOINT_ENTRIES, path)
     saved, current = checkpoint["config"], _config_dict(config)
     changed = sorted(k for k in current if saved.get(k) != current[k])
     if changed:

@@ -1,17 +1,16 @@
-"""Training state that outlives one step: EMA weights, RNG states, checkpoint files."""
+"""Training state that outlives one step: EMA weights and RNG states.
+
+Checkpoint files are :mod:`reliacal._training.checkpoint`'s job.
+"""
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-
-CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -89,26 +88,3 @@ def restore_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def checkpoint_path(checkpoint_dir: str | os.PathLike) -> Path:
-    return Path(checkpoint_dir) / CHECKPOINT_NAME
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` so that ``path`` always holds a complete checkpoint.
-
-    The file is written under a temporary name and renamed over ``path``; a run
-    killed mid-write leaves the previous checkpoint intact.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    # weights_only: a checkpoint directory must not be a way to run arbitrary code.
-    return torch.load(path, map_location="cpu", weights_only=True)

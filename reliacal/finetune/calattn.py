@@ -11,10 +11,7 @@ reach the representation as well as the confidence.
 from __future__ import annotations
 
 import copy
-import json
 import numbers
-import os
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,6 +25,7 @@ from torch.utils.data import Subset
 from reliacal._data import as_dataset
 from reliacal._device import resolve_device
 from reliacal._torch_estimator import seeded_torch
+from reliacal._training.checkpoint import check_checkpoint_dir, read_seed_file, write_seed_file
 from reliacal.backbones import BackboneAdapter, BackboneOutput, as_backbone
 from reliacal.calibrators import TemperatureScaling
 from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
@@ -204,17 +202,14 @@ def _resumable_seed(seed: int, checkpoint_dir: str | None) -> int:
     """
     if checkpoint_dir is None:
         return seed
-    path = Path(checkpoint_dir) / "calattn_seed.json"
+    path = check_checkpoint_dir(checkpoint_dir) / "calattn_seed.json"
     if path.is_file():
-        return int(json.loads(path.read_text())["seed"])
+        return read_seed_file(path)
     distributed = torch.distributed
     if not (distributed.is_available() and distributed.is_initialized()) or (
         distributed.get_rank() == 0
     ):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"seed": seed}))
-        os.replace(temporary, path)
+        write_seed_file(path, seed)
     return seed
 
 

@@ -1,0 +1,339 @@
+"""Checkpoint folders: verified, atomic files and clear errors for damaged or unusable ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import reliacal._training.checkpoint as checkpoint_module
+from reliacal._training.checkpoint import save_checkpoint
+from reliacal.finetune.calattn import CalAttnFinetuner
+from reliacal.training import CheckpointError, TrainingConfig, fit_module
+
+REMEDY = "delete the folder"
+# Everything a resumed run needs (Run._save / Run._load).
+SAVED_ENTRIES = (
+    "config",
+    "seed",
+    "n_samples",
+    "epochs_done",
+    "finished",
+    "stopped_early",
+    "module",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "ema",
+    "best_state",
+    "best_epoch",
+    "best_score",
+    "epochs_without_improvement",
+    "history",
+    "last_lr",
+    "rng",
+)
+
+
+def blobs(n=32):
+    generator = torch.Generator().manual_seed(0)
+    y = torch.arange(n) % 2
+    x = torch.randn(n, 2, generator=generator) * 0.5 + (2.0 * y[:, None] - 1.0) * 2.0
+    return TensorDataset(x, y)
+
+
+def config(checkpoint_dir, **overrides):
+    settings = dict(
+        max_epochs=2,
+        batch_size=8,
+        learning_rate=0.05,
+        warmup_epochs=0,
+        validation_fraction=0.25,
+        random_state=0,
+        device="cpu",
+        checkpoint_dir=str(checkpoint_dir),
+    )
+    settings.update(overrides)
+    return TrainingConfig(**settings)
+
+
+class CountingLoss:
+    """Cross-entropy that counts its calls: zero calls means no training happened."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, logits, y):
+        self.calls += 1
+        return F.cross_entropy(logits, y)
+
+
+def train(checkpoint_dir, **overrides):
+    torch.manual_seed(0)
+    model = nn.Linear(2, 2)
+    fit_module(model, F.cross_entropy, blobs(), config=config(checkpoint_dir, **overrides))
+    return model
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """A folder holding the checkpoint of a finished two-epoch run, and its weights."""
+    folder = tmp_path / "run"
+    model = train(folder)
+    return folder, model
+
+
+def resume(folder):
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config(folder))
+
+
+# The file -------------------------------------------------------------------------------
+
+
+def test_checkpoint_is_a_torch_archive_whose_zip_comment_is_its_sha256(finished_run):
+    folder, _ = finished_run
+    path = folder / "checkpoint.pt"
+    data = path.read_bytes()
+    comment = zipfile.ZipFile(path).comment  # the standard library reads it as a valid zip
+    assert comment.startswith(b"reliacal-sha256:")
+    expected = hashlib.sha256(data[: len(data) - len(comment)]).hexdigest()
+    assert comment == b"reliacal-sha256:" + expected.encode()
+    # Still an ordinary checkpoint for torch, holding what a resumed run reads.
+    state = torch.load(path, weights_only=True)
+    assert sorted(state) == sorted(SAVED_ENTRIES)
+
+
+def test_intact_checkpoint_resumes_to_the_same_weights(finished_run):
+    folder, trained = finished_run
+    again = nn.Linear(2, 2)  # other weights: the finished run's checkpoint must win
+    fit_module(again, F.cross_entropy, blobs(), config=config(folder))
+    for name, value in trained.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=0)
+
+
+def test_write_syncs_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc to tell a folder's descriptor from a file's")
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor):
+        kind = "folder" if os.path.isdir(f"/proc/self/fd/{descriptor}") else "file"
+        events.append(f"fsync {kind}")
+        real_fsync(descriptor)
+
+    def replace(source, target):
+        events.append("replace")
+        real_replace(source, target)
+
+    monkeypatch.setattr(checkpoint_module.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint_module.os, "replace", replace)
+    save_checkpoint(tmp_path / "checkpoint.pt", {"a": torch.ones(2)})
+    assert events == ["fsync file", "replace", "fsync folder"]
+
+
+def _full_disk(obj, file):
+    file.write(b"PK partial")
+    raise OSError(28, "No space left on device")
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"a": torch.ones(2)})
+    before = path.read_bytes()
+    monkeypatch.setattr(checkpoint_module.torch, "save", _full_disk)
+    with pytest.raises(CheckpointError, match="No space left"):
+        save_checkpoint(path, {"a": torch.zeros(2)})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_failed_write_during_training_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint_module.torch, "save", _full_disk)
+    folder = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="could not write the checkpoint") as caught:
+        train(folder)
+    assert str(folder / "checkpoint.pt") in str(caught.value)
+
+
+# Damaged files ----------------------------------------------------------------------------
+
+
+def _flip(position):
+    def damage(data: bytes) -> bytes:
+        index = int(position * (len(data) - 1))
+        return data[:index] + bytes([data[index] ^ 0x01]) + data[index + 1 :]
+
+    return damage
+
+
+DAMAGE = {
+    "truncated": (lambda data: data[: len(data) // 2], "truncated"),
+    "empty": (lambda data: b"", "empty"),
+    "garbage": (lambda data: np.random.default_rng(0).bytes(len(data)), "truncated"),
+    "flipped byte in the tensors": (_flip(0.5), "damaged"),
+    "flipped byte in the header": (_flip(0.001), "damaged"),
+    "flipped byte in the zip directory": (_flip(0.9), "damaged"),
+    "flipped byte in the recorded hash": (_flip(1.0), "damaged"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_damaged_checkpoint_is_refused_naming_the_file_and_the_fix(finished_run, case):
+    folder, _ = finished_run
+    damage, what = DAMAGE[case]
+    path = folder / "checkpoint.pt"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(CheckpointError, match=what) as caught:
+        resume(folder)
+    message = str(caught.value)
+    assert str(path) in message and REMEDY in message and "checkpoint_dir elsewhere" in message
+    assert "weights_only" not in message
+
+
+def test_every_single_flipped_byte_is_refused(finished_run):
+    # The issue's case: flips that torch.load accepted, some with different weights.
+    folder, _ = finished_run
+    path = folder / "checkpoint.pt"
+    original = path.read_bytes()
+    for index in np.linspace(0, len(original) - 1, 25).astype(int):
+        path.write_bytes(original[:index] + bytes([original[index] ^ 0x80]) + original[index + 1 :])
+        with pytest.raises(CheckpointError):
+            resume(folder)
+
+
+def test_checkpoint_missing_an_entry_names_it(finished_run):
+    folder, _ = finished_run
+    path = folder / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    del state["optimizer"]
+    save_checkpoint(path, state)  # intact file, incomplete content
+    with pytest.raises(CheckpointError, match=r"lacks the entries \['optimizer'\]") as caught:
+        resume(folder)
+    assert REMEDY in str(caught.value)
+
+
+class Payload:
+    """Not a tensor or plain container: a weights-only load must refuse it."""
+
+
+def test_checkpoint_with_arbitrary_objects_is_refused_without_suggesting_unsafe_loading(
+    tmp_path,
+):
+    folder = tmp_path / "run"
+    save_checkpoint(folder / "checkpoint.pt", {"config": Payload()})
+    with pytest.raises(CheckpointError, match="objects other than tensors") as caught:
+        resume(folder)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert "weights_only" not in str(caught.value)
+
+
+# Folders -----------------------------------------------------------------------------------
+
+
+def _untrained(checkpoint_dir):
+    loss = CountingLoss()
+    with pytest.raises(CheckpointError) as caught:
+        fit_module(nn.Linear(2, 2), loss, blobs(), config=config(checkpoint_dir))
+    assert loss.calls == 0, "the folder must be checked before training"
+    return str(caught.value)
+
+
+def test_checkpoint_dir_that_is_a_file_is_refused_before_training(tmp_path):
+    target = tmp_path / "run"
+    target.write_text("not a folder")
+    message = _untrained(target)
+    assert f"checkpoint_dir {target} is not a folder" in message
+
+
+def test_checkpoint_dir_below_a_file_is_refused_before_training(tmp_path):
+    (tmp_path / "file").write_text("")
+    message = _untrained(tmp_path / "file" / "run")
+    assert f"its ancestor {tmp_path / 'file'} is a file" in message
+
+
+def test_read_only_checkpoint_dir_is_refused_before_training(tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    real_access = os.access
+
+    def access(path, mode, **kwargs):
+        # Root writes through any permission bits, so read-only is simulated here.
+        if os.fspath(path) == os.fspath(folder) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.os, "access", access)
+    message = _untrained(folder)
+    assert f"checkpoint_dir {folder} is not writable" in message
+
+
+def test_checkpoint_dir_in_a_read_only_folder_is_refused_before_training(tmp_path):
+    parent = tmp_path / "locked"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        if os.access(parent, os.W_OK):
+            pytest.skip("this user (root) can write to a read-only folder")
+        message = _untrained(parent / "run")
+        assert f"checkpoint_dir {parent / 'run'} is not writable" in message
+    finally:
+        parent.chmod(0o700)
+
+
+def test_missing_checkpoint_dir_is_created(tmp_path):
+    train(tmp_path / "a" / "b")
+    assert (tmp_path / "a" / "b" / "checkpoint.pt").is_file()
+
+
+# The CalAttn seed file ----------------------------------------------------------------------
+
+
+def tiny_calattn(checkpoint_dir):
+    torch.manual_seed(0)
+    vit = VisionTransformer(
+        img_size=8, patch_size=4, in_chans=1, embed_dim=8, depth=1, num_heads=2, num_classes=2
+    )
+    return CalAttnFinetuner(
+        vit, max_epochs=1, batch_size=4, device="cpu", checkpoint_dir=str(checkpoint_dir)
+    )
+
+
+def images(n=8):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, 1, 8, 8)).astype(np.float32), np.arange(n) % 2
+
+
+@pytest.mark.parametrize("content", ["{not json", "", '{"other": 1}', '{"seed": "12"}', "\xff\xfe"])
+def test_damaged_calattn_seed_file_is_refused_naming_it(tmp_path, content):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = folder / "calattn_seed.json"
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.raises(CheckpointError, match="seed file .* is damaged") as caught:
+        tiny_calattn(folder).fit(*images())
+    assert str(path) in str(caught.value) and REMEDY in str(caught.value)
+
+
+def test_calattn_seed_file_records_the_seed_of_an_unseeded_run(tmp_path):
+    folder = tmp_path / "run"
+    tiny_calattn(folder).fit(*images())
+    record = json.loads((folder / "calattn_seed.json").read_text())
+    assert set(record) == {"seed"} and isinstance(record["seed"], int)
+    assert sorted(p.name for p in folder.iterdir()) == ["calattn_seed.json", "checkpoint.pt"]
+
+
+def test_calattn_checkpoint_dir_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "run"
+    target.write_text("")
+    with pytest.raises(CheckpointError, match="is not a folder"):
+        tiny_calattn(target).fit(*images())
