@@ -272,6 +272,124 @@ def test_embed_blocks_finish_reproduce_encode_exactly(name):
     assert all(a is b for a, b in zip(adapter.blocks, model_blocks, strict=True))
 
 
+def probed_readout_names(adapter):
+    """Names of the parameters that get a gradient through ``classify(finish(tokens))``.
+
+    One backward pass on dummy tokens: the oracle for ``readout_parameters``.
+    """
+    tokens = torch.randn(2, adapter.num_prefix_tokens + 2, adapter.num_features)
+    adapter.eval().zero_grad(set_to_none=True)
+    adapter.classify(adapter.finish(tokens, None)).sum().backward()
+    names = [name for name, p in adapter.named_parameters() if p.grad is not None]
+    adapter.zero_grad(set_to_none=True)
+    return names
+
+
+def make_timm_vit_pooled(global_pool):
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=16,
+        patch_size=8,
+        embed_dim=16,
+        depth=2,
+        num_heads=2,
+        num_classes=N_CLASSES,
+        global_pool=global_pool,
+    )
+
+
+READOUT = {
+    # name: (model factory, the parameters of the final norm, pooler and classifier(s))
+    "timm_vit": (make_timm_vit, ["norm.weight", "norm.bias", "head.weight", "head.bias"]),
+    "timm_vit_avg": (
+        lambda: make_timm_vit_pooled("avg"),
+        ["fc_norm.weight", "fc_norm.bias", "head.weight", "head.bias"],
+    ),
+    "timm_vit_map": (lambda: make_timm_vit_pooled("map"), None),
+    "deit_distilled": (
+        make_deit_distilled,
+        ["norm.weight", "norm.bias", "head.weight", "head.bias"]
+        + ["head_dist.weight", "head_dist.bias"],
+    ),
+    "hf_vit": (
+        make_hf_vit,
+        ["vit.layernorm.weight", "vit.layernorm.bias", "classifier.weight", "classifier.bias"],
+    ),
+    "hf_bert": (
+        make_hf_bert,
+        ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+        + ["classifier.weight", "classifier.bias"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(READOUT))
+def test_readout_parameters_are_what_finish_and_classify_use(name):
+    torch.manual_seed(0)
+    factory, expected = READOUT[name]
+    adapter = as_backbone(factory())
+    names = {id(p): name for name, p in adapter.named_parameters()}
+    declared = [names[id(p)] for p in adapter.readout_parameters()]
+    assert declared == probed_readout_names(adapter)
+    if expected is not None:
+        assert declared == [f"model.{name}" for name in expected]
+    else:  # attention pooling: its latent, attention and MLP come between norm and head
+        assert declared[:2] == ["model.norm.weight", "model.norm.bias"]
+        assert any(name.startswith("model.attn_pool.") for name in declared)
+        assert declared[-2:] == ["model.head.weight", "model.head.bias"]
+
+
+def make_timm_vit_4_heads():
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=4, num_classes=N_CLASSES
+    )
+
+
+def make_hf_bert_4_heads():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=N_CLASSES,
+    )
+    return BertForSequenceClassification(config)
+
+
+@pytest.mark.parametrize(
+    ("factory", "heads"),
+    [
+        (make_timm_vit, 2),
+        (make_timm_vit_4_heads, 4),
+        (make_deit_distilled, 2),
+        (make_hf_vit, 2),
+        (make_hf_bert, 2),
+        (make_hf_bert_4_heads, 4),
+        (make_swin, None),  # one count per stage, not one for the stack
+    ],
+)
+def test_num_heads_is_the_blocks_attention_head_count(factory, heads):
+    torch.manual_seed(0)
+    assert as_backbone(factory()).num_heads == heads
+
+
+def test_adapters_without_reconfiguration_have_no_readout_or_head_count():
+    torch.manual_seed(0)
+    plain = as_backbone(make_plain(), features="body", head="fc")
+    swin = as_backbone(make_swin())
+    assert plain.num_heads is None
+    for adapter in (plain, swin):
+        with pytest.raises(ReconfigurationNotSupportedError):
+            adapter.readout_parameters()
+
+
 def test_plain_module_with_named_parts_and_callables():
     torch.manual_seed(0)
     model = make_plain()

@@ -72,11 +72,16 @@ class BackboneAdapter(nn.Module):
     num_prefix_tokens : int
         Tokens before the patch tokens (class, distillation, register tokens);
         ``tokens[:, num_prefix_tokens:]`` are the patch (or word) tokens.
+    num_heads : int or None
+        Attention heads of each transformer block (None when unknown, or not
+        one number for the whole stack, as in Swin).
     supports_reconfiguration : bool
-        Whether ``embed``/``blocks``/``apply_block``/``finish`` are available.
+        Whether ``embed``/``blocks``/``apply_block``/``finish`` and
+        ``readout_parameters`` are available.
     """
 
     num_features: int | None = None
+    num_heads: int | None = None
     num_classes: int | None = None
     has_cls_token: bool = False
     num_prefix_tokens: int = 0
@@ -143,6 +148,19 @@ class BackboneAdapter(nn.Module):
     def finish(self, h: torch.Tensor, context: Any) -> torch.Tensor:
         """Map the last block's output to the final tokens (the final norm)."""
         raise self._unsupported()
+
+    def readout_parameters(self) -> list[nn.Parameter]:
+        """The parameters that ``finish`` and ``classify`` use, in ``parameters()`` order.
+
+        The final norm, pooler and classifier(s): what maps the last block's
+        output to logits, and what a reconfigured read-out fine-tunes.
+        """
+        raise self._unsupported()
+
+    def _parameters_of(self, *modules: nn.Module | None) -> list[nn.Parameter]:
+        """This adapter's parameters that belong to any of ``modules``, in ``parameters()`` order."""
+        owned = {id(p) for module in modules if module is not None for p in module.parameters()}
+        return [p for p in self.parameters() if id(p) in owned]
 
     def _cache_config(self) -> Any:
         """What besides the model's architecture and weights fixes the outputs."""

@@ -43,6 +43,11 @@ def _layers(base: nn.Module) -> nn.ModuleList | None:
     return None
 
 
+def _heads(config) -> int | None:
+    heads = getattr(config, "num_attention_heads", None)
+    return heads if isinstance(heads, int) and heads > 0 else None
+
+
 class HFViTAdapter(BackboneAdapter):
     """Adapter for ``transformers.ViTForImageClassification``.
 
@@ -63,6 +68,7 @@ class HFViTAdapter(BackboneAdapter):
         super().__init__(model)
         self.num_features = int(model.config.hidden_size)
         self.num_classes = int(model.config.num_labels)
+        self.num_heads = _heads(model.config)
 
     @staticmethod
     def _pixels(x: Any) -> torch.Tensor:
@@ -99,6 +105,9 @@ class HFViTAdapter(BackboneAdapter):
     def finish(self, h: torch.Tensor, context: Any) -> torch.Tensor:
         return self.model.vit.layernorm(h)
 
+    def readout_parameters(self) -> list[nn.Parameter]:
+        return self._parameters_of(self.model.vit.layernorm, self.model.classifier)
+
 
 class HFBertAdapter(BackboneAdapter):
     """Adapter for BERT-style ``*ForSequenceClassification`` models.
@@ -133,6 +142,7 @@ class HFBertAdapter(BackboneAdapter):
             raise ValueError("the text model is configured as a decoder; pass an encoder")
         self.num_features = int(config.hidden_size)
         self.num_classes = int(config.num_labels)
+        self.num_heads = _heads(config)
 
     @property
     def _base(self) -> nn.Module:
@@ -192,6 +202,10 @@ class HFBertAdapter(BackboneAdapter):
 
     def finish(self, h: torch.Tensor, context: Any) -> torch.Tensor:
         return h
+
+    def readout_parameters(self) -> list[nn.Parameter]:
+        # finish is the identity; classify is the pooler, dropout and classifier.
+        return self._parameters_of(self._base.pooler, self.model.classifier)
 
 
 def _is_bert_style(model: nn.Module) -> bool:

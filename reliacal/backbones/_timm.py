@@ -75,6 +75,7 @@ class TimmAdapter(BackboneAdapter):
         self.has_cls_token = getattr(model, "cls_token", None) is not None
         self.num_prefix_tokens = int(getattr(model, "num_prefix_tokens", 0))
         self.supports_reconfiguration = _flat_vit_stack(model)
+        self.num_heads = _block_heads(model.blocks[0]) if self.supports_reconfiguration else None
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.model.forward_features(x)
@@ -90,6 +91,8 @@ class TimmAdapter(BackboneAdapter):
             raise self._unsupported()
         model = self.model
         h = model.patch_embed(x)
+        # timm (1.0.31) has no public call for the embedding alone: forward_intermediates
+        # always runs at least one block. _pos_embed adds the prefix tokens and positions.
         h = model._pos_embed(h)
         h = model.patch_drop(h)
         return model.norm_pre(h), None
@@ -109,6 +112,15 @@ class TimmAdapter(BackboneAdapter):
         if not self.supports_reconfiguration:
             raise self._unsupported()
         return self.model.norm(h)
+
+    def readout_parameters(self) -> list[nn.Parameter]:
+        if not self.supports_reconfiguration:
+            raise self._unsupported()
+        model = self.model
+        # finish is `norm`; forward_head pools (attention pooling when present), applies
+        # fc_norm and dropout, and the classifier.
+        attn_pool = getattr(model, "attn_pool", None)
+        return self._parameters_of(model.norm, attn_pool, model.fc_norm, model.head)
 
 
 class TimmDistilledAdapter(TimmAdapter):
@@ -137,3 +149,16 @@ class TimmDistilledAdapter(TimmAdapter):
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         return (self.model.head(pooled) + self.model.head_dist(pooled)) / 2
+
+    def readout_parameters(self) -> list[nn.Parameter]:
+        model = self.model
+        return self._parameters_of(model.norm, model.head, model.head_dist)
+
+
+def _block_heads(block: nn.Module) -> int | None:
+    """The head count of a timm transformer block: its attention module's ``num_heads``."""
+    for module in block.modules():
+        heads = getattr(module, "num_heads", None)
+        if isinstance(heads, int) and heads > 0:
+            return heads
+    return None

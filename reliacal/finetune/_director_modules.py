@@ -369,53 +369,27 @@ def key_padding_mask(context: object) -> Tensor | None:
     )
 
 
-def teacher_num_heads(block: nn.Module, width: int) -> int:
-    """The attention head count of a teacher block (timm or transformers); 1 if unknown.
+def teacher_num_heads(teacher: nn.Module, width: int) -> int:
+    """The student's attention head count: the teacher adapter's, or 1 if unknown.
+
+    Also 1 when the teacher's count does not divide ``width``.
 
     Examples
     --------
-    >>> teacher_num_heads(nn.MultiheadAttention(8, num_heads=2), 8)
-    2
-    >>> teacher_num_heads(nn.Linear(8, 8), 8)
+    >>> from reliacal.backbones import as_backbone
+    >>> plain = as_backbone(nn.Sequential(nn.Flatten(), nn.Linear(8, 3)), features="0", head="1")
+    >>> teacher_num_heads(plain, 8)
     1
+    >>> vit = as_backbone("vit_tiny_patch16_224", num_classes=3,
+    ...                   model_kwargs=dict(img_size=16, patch_size=8, embed_dim=8, depth=1,
+    ...                                     num_heads=2))
+    >>> teacher_num_heads(vit, 8)
+    2
     """
-    for module in block.modules():
-        for name in ("num_heads", "num_attention_heads"):
-            heads = getattr(module, name, None)
-            if isinstance(heads, int) and heads > 0 and width % heads == 0:
-                return heads
-    config = getattr(block, "config", None)
-    heads = getattr(config, "num_attention_heads", None)
-    if isinstance(heads, int) and heads > 0 and width % heads == 0:
-        return heads
-    return 1
-
-
-def _probe_readout_parameters(backbone: nn.Module, width: int) -> set[int]:
-    """Ids of the parameters that ``finish`` and ``classify`` use.
-
-    They are found by one backward pass on a dummy token sequence, so no
-    family-specific knowledge of where the final norm, pooler and classifier
-    live is needed.
-    """
-    was_training = backbone.training
-    backbone.eval()
-    reference = next(backbone.parameters())
-    tokens = torch.randn(
-        2, backbone.num_prefix_tokens + 2, width, generator=torch.Generator().manual_seed(0)
-    ).to(device=reference.device, dtype=reference.dtype)
-    flags = {id(p): p.requires_grad for p in backbone.parameters()}
-    for parameter in backbone.parameters():
-        parameter.requires_grad_(True)
-        parameter.grad = None
-    with torch.enable_grad():
-        backbone.classify(backbone.finish(tokens, None)).sum().backward()
-    used = {id(p) for p in backbone.parameters() if p.grad is not None}
-    for parameter in backbone.parameters():
-        parameter.grad = None
-        parameter.requires_grad_(flags[id(parameter)])
-    backbone.train(was_training)
-    return used
+    heads = teacher.num_heads
+    if heads is None or width % heads:
+        return 1
+    return heads
 
 
 class DirectorStudent(nn.Module):
@@ -528,7 +502,7 @@ def build_student(
     memo.update({id(block): nn.Identity() for block in blocks[n_frozen:]})
     backbone = copy.deepcopy(teacher, memo)
     shared = {id(p) for block in blocks[:n_frozen] for p in block.parameters()}
-    readout = _probe_readout_parameters(backbone, teacher.num_features)
+    readout = {id(parameter) for parameter in backbone.readout_parameters()}
     for parameter in backbone.parameters():
         if id(parameter) in shared:
             parameter.requires_grad_(False)
@@ -540,7 +514,7 @@ def build_student(
     step = ReverseStep(
         width,
         depth=depth,
-        num_heads=teacher_num_heads(blocks[0], width),
+        num_heads=teacher_num_heads(teacher, width),
         noise_init=noise_init,
     )
     return DirectorStudent(backbone, step, depth=len(blocks), n_reconfigured=n_reconfigured)
