@@ -222,8 +222,9 @@ def make_tiny_bert(
     >>> model(ids, attention_mask=(ids != 0).long()).logits.shape
     torch.Size([2, 3])
     """
-    import torch
     from transformers import BertConfig, BertForSequenceClassification
+
+    from reliacal._torch_estimator import seeded_torch
 
     if hidden_size % num_heads:
         raise ValueError(
@@ -244,10 +245,7 @@ def make_tiny_bert(
         pad_token_id=pad_token_id,
         **kwargs,
     )
-    if random_state is None:
-        return BertForSequenceClassification(config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(random_state)
+    with seeded_torch(random_state):
         return BertForSequenceClassification(config)
 
 

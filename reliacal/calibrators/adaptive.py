@@ -230,12 +230,8 @@ def _loss_from_terms(loss):
     ``loss(logits, y, sample_weight, variational)`` (see ``AdaptiveTS(loss=...)``)."""
 
     def training_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.Tensor:
-        kl = _gaussian_kl(
-            outputs.posterior_mean,
-            outputs.posterior_scale,
-            outputs.prior_mean[target],
-            outputs.prior_scale[target],
-        )
+        prior = (outputs.prior_mean[target], outputs.prior_scale[target])
+        kl = _gaussian_kl(outputs.posterior_mean, outputs.posterior_scale, *prior)
         variational = outputs.reconstruction_nll + kl
         return loss(outputs.logits, target, outputs.sample_weight, variational)
 
