@@ -8,9 +8,9 @@ that the reported splits stay unseen. The data and splits are
 5,000 / 5,000 random splits) and the demo's digits ViT (pooled features beside
 the logits, 360 / 450 stratified splits).
 
-Rows (all but ``default`` depart from the published recipe; all but the
-``confidence_inputs=True`` ones are not options of ``AdaptiveTS``: they are
-patched in here, so this script reaches into the private module):
+Rows (all but ``default`` depart from the published recipe; every row uses
+``AdaptiveTS``'s public parameters and methods only: the losses through its
+``loss`` hook, the rescaled temperatures from ``temperature(X)``):
 
 - ``default``: ``AdaptiveTS()`` with ``random_state`` = the split's seed;
 - ``confidence_inputs=True``: the temperature head also reads the top
@@ -21,9 +21,6 @@ patched in here, so this script reaches into the private module):
 - ``ce + brier loss``: the Brier score added to it;
 - ``ce + mmce loss``: Kumar et al.'s weighted MMCE (weight 1, kernel width 0.4)
   added to it, a penalty that targets top-label calibration directly;
-- ``T from mean u``: in training the temperature reads the posterior mean of
-  the latent code, as at prediction, instead of a sample (the reconstruction
-  still reads a sample);
 - ``shrunk x0.5`` / ``amplified x1.5``: the default fit's temperatures moved
   towards / away from TemperatureScaling's in log space,
   ``log T = log T_TS + a (log T_ada - log T_TS)``;
@@ -33,6 +30,12 @@ patched in here, so this script reaches into the private module):
 - ``log T linear in confidence`` (not AdaptiveTS): ``T = T_TS exp(w . s)``
   with ``s`` the three standardised statistics of ``confidence_inputs``; three
   parameters, at their NLL optimum on the calibration half.
+
+Dropped: ``T from mean u`` (in training the temperature read the posterior
+mean of the latent code instead of a sample) changed the network's forward
+pass, which no public parameter reaches; it was measured by patching the
+private module, and ``results/adaptive_ts_variants.md`` keeps that row with the
+commit that produced it.
 
 For each row: mean ECE % (15 equal-width bins) on the test part, the ECE gap
 to TemperatureScaling paired by split (mean +- standard error), the number of
@@ -48,44 +51,32 @@ Run from the repository root (two datasets at a time, one thread each):
 from __future__ import annotations
 
 import argparse
-import contextlib
-import platform
-import sys
 import time
 import warnings
-from collections.abc import Callable
-from pathlib import Path
-from unittest import mock
 
+import _common
 import numpy as np
 import posthoc_quality as quality
 import torch
 from joblib import Parallel, delayed
-from threadpoolctl import threadpool_limits
 from torch.nn import functional as F
 
 from reliacal.calibrators import AdaptiveTS, TemperatureScaling
-from reliacal.calibrators import adaptive as adaptive_module
 from reliacal.finetune.losses import mmce_loss
 from reliacal.metrics import expected_calibration_error, negative_log_likelihood, softmax
 
 DATASETS = (*quality.RECORDS, "digits")
-PUBLISHED_LOSS = adaptive_module._adaptive_ts_loss
-PUBLISHED_FORWARD = adaptive_module._AdaptiveTemperatureNetwork.forward
 LOG_SCALINGS = {"shrunk x0.5": 0.5, "amplified x1.5": 1.5}
 
 
-def _loss_with(replace_ce: bool, extra: Callable | None) -> Callable:
-    """The published loss with its CE term dropped and / or a batch term added."""
+# The loss variants, as AdaptiveTS(loss=...) callables. Each is written as the published
+# loss plus or minus terms, in the order the first run computed them (the published loss,
+# then the changes), so that the rows measured then are reproduced to the bit.
 
-    def loss(outputs, target):
-        value = PUBLISHED_LOSS(outputs, target)
-        if replace_ce:
-            ce = F.cross_entropy(outputs.logits, target, reduction="none")
-            value = value - (outputs.sample_weight * ce).mean()
-        return value if extra is None else value + extra(outputs.logits, target)
 
-    return loss
+def _published(logits, y, sample_weight, variational):
+    cross_entropy = F.cross_entropy(logits, y, reduction="none")
+    return (sample_weight * (variational + cross_entropy)).mean()
 
 
 def _brier(logits, target):
@@ -94,43 +85,43 @@ def _brier(logits, target):
     return (probabilities - one_hot).square().sum(dim=-1).mean()
 
 
-def _weighted_mmce(logits, target):
-    # mmce_loss returns NLL + MMCE; the published loss already holds the NLL.
-    return mmce_loss(logits, target, weight=1.0) - F.cross_entropy(logits, target)
+def brier_instead_of_ce(logits, y, sample_weight, variational):
+    """The published loss with its cross-entropy term replaced by the Brier score."""
+    value = _published(logits, y, sample_weight, variational)
+    cross_entropy = F.cross_entropy(logits, y, reduction="none")
+    return value - (sample_weight * cross_entropy).mean() + _brier(logits, y)
 
 
-def _temperature_from_mean_forward(self, inputs):
-    outputs = PUBLISHED_FORWARD(self, inputs)
-    if not self.training:
-        return outputs
-    temperature = self.temperature_of(outputs.posterior_mean, inputs[1])
-    return outputs._replace(logits=inputs[1] / temperature[:, None], temperature=temperature)
+def ce_plus_brier(logits, y, sample_weight, variational):
+    """The published loss plus the Brier score."""
+    return _published(logits, y, sample_weight, variational) + _brier(logits, y)
 
 
-def _patched_loss(loss: Callable) -> Callable[[], contextlib.AbstractContextManager]:
-    return lambda: mock.patch.object(adaptive_module, "_adaptive_ts_loss", loss)
+def ce_plus_mmce(logits, y, sample_weight, variational):
+    """The published loss plus the weighted MMCE (mmce_loss returns NLL + MMCE; the
+    published loss already holds the NLL)."""
+    value = _published(logits, y, sample_weight, variational)
+    return value + (mmce_loss(logits, y, weight=1.0) - F.cross_entropy(logits, y))
 
 
-# name -> (the patch under which AdaptiveTS is fitted, its parameters)
-TRAINED_VARIANTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager], dict]] = {
-    "default": (contextlib.nullcontext, {}),
-    "confidence_inputs=True": (contextlib.nullcontext, {"confidence_inputs": True}),
-    "confidence_inputs=True, n_members=5": (
-        contextlib.nullcontext,
-        {"confidence_inputs": True, "n_members": 5},
-    ),
-    "brier loss": (_patched_loss(_loss_with(True, _brier)), {}),
-    "ce + brier loss": (_patched_loss(_loss_with(False, _brier)), {}),
-    "ce + mmce loss": (_patched_loss(_loss_with(False, _weighted_mmce)), {}),
-    "T from mean u": (
-        lambda: mock.patch.object(
-            adaptive_module._AdaptiveTemperatureNetwork,
-            "forward",
-            _temperature_from_mean_forward,
-        ),
-        {},
-    ),
+# name -> AdaptiveTS parameters beside n_logits and random_state
+TRAINED_VARIANTS: dict[str, dict] = {
+    "default": {},
+    "confidence_inputs=True": {"confidence_inputs": True},
+    "confidence_inputs=True, n_members=5": {"confidence_inputs": True, "n_members": 5},
+    "brier loss": {"loss": brier_instead_of_ce},
+    "ce + brier loss": {"loss": ce_plus_brier},
+    "ce + mmce loss": {"loss": ce_plus_mmce},
 }
+
+
+def confidence_statistics(logits: torch.Tensor) -> torch.Tensor:
+    """Top log-probability, top-2 margin and entropy of each row: the statistics that
+    ``AdaptiveTS(confidence_inputs=True)`` gives its temperature head."""
+    log_probabilities = torch.log_softmax(logits, dim=-1)
+    top_two = log_probabilities.topk(2, dim=-1).values
+    entropy = -(log_probabilities.exp() * log_probabilities).sum(dim=-1)
+    return torch.stack([top_two[:, 0], top_two[:, 0] - top_two[:, 1], entropy], dim=-1)
 
 
 def per_predicted_class_temperatures(logits: np.ndarray, y: np.ndarray, start: float):
@@ -155,7 +146,7 @@ def per_predicted_class_temperatures(logits: np.ndarray, y: np.ndarray, start: f
 def log_linear_temperatures(logits_fit, y_fit, start: float, logits_predict) -> np.ndarray:
     """``T = T_TS exp(w . s(z / T_TS))`` with the three standardised confidence statistics
     ``s`` of ``confidence_inputs``: three parameters ``w``, NLL-optimal on the fit rows."""
-    statistics_fit = adaptive_module.confidence_statistics(torch.as_tensor(logits_fit) / start)
+    statistics_fit = confidence_statistics(torch.as_tensor(logits_fit) / start)
     mean, scale = statistics_fit.mean(dim=0), statistics_fit.std(dim=0)
     statistics_fit = (statistics_fit - mean) / scale
     weights = torch.zeros(statistics_fit.shape[1], dtype=torch.float64, requires_grad=True)
@@ -170,7 +161,7 @@ def log_linear_temperatures(logits_fit, y_fit, start: float, logits_predict) -> 
         return loss
 
     optimizer.step(closure)
-    statistics = adaptive_module.confidence_statistics(torch.as_tensor(logits_predict) / start)
+    statistics = confidence_statistics(torch.as_tensor(logits_predict) / start)
     with torch.no_grad():
         return (start * torch.exp((statistics - mean) / scale @ weights)).numpy()
 
@@ -190,8 +181,7 @@ def load(name: str, seeds: range):
 def run_dataset(name: str, seeds: range):
     """``scores[row] -> [(ECE %, NLL, fell back to TemperatureScaling) per split]`` and the
     measurement floor of each split (``posthoc_quality.measurement_floor``)."""
-    torch.set_num_threads(1)
-    threadpool_limits(1)
+    _common.limit_threads(1)
     X, logits, y, n_logits, splits = load(name, seeds)
     scores: dict[str, list[tuple[float, float, bool]]] = {}
     floors: list[float] = []
@@ -211,8 +201,8 @@ def run_dataset(name: str, seeds: range):
         ts_probabilities = ts.predict_proba(logits[test])
         score("TemperatureScaling", ts_probabilities, test)
         floors.append(quality.measurement_floor(ts_probabilities, floor_rng))
-        for row, (patch, params) in TRAINED_VARIANTS.items():
-            with patch(), warnings.catch_warnings():
+        for row, params in TRAINED_VARIANTS.items():
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model = AdaptiveTS(n_logits=n_logits, random_state=seed, **params)
                 model.fit(X[calibration], y[calibration])
@@ -284,11 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=100, help="seed of the first split")
     parser.add_argument("--jobs", type=int, default=2, help="datasets run at once")
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS), choices=DATASETS)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=Path(__file__).resolve().parent / "results" / "adaptive_ts_variants.md",
-    )
+    _common.add_output_argument(parser, "adaptive_ts_variants.md")
     args = parser.parse_args(argv)
     seeds = range(args.first_seed, args.first_seed + args.splits)
     started = time.perf_counter()
@@ -300,15 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     results = {name: scores for name, (scores, _) in zip(args.datasets, results)}
     columns = {name: summary_rows(scores) for name, scores in results.items()}
     rows = list(next(iter(columns.values())))
-    command = ".venv/bin/python benchmarks/adaptive_ts_variants.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
     report = [
-        "# AdaptiveTS alternatives against TemperatureScaling (tuning splits)",
-        "",
-        f"Command: `{command.strip()}` (torch {torch.__version__}, {platform.machine()}, "
-        f"splits seeded {seeds.start}-{seeds.stop - 1}; {time.perf_counter() - started:.0f} s).",
-        "",
+        *_common.header(
+            "AdaptiveTS alternatives against TemperatureScaling (tuning splits)",
+            __file__,
+            argv,
+            details=f"Splits seeded {seeds.start}-{seeds.stop - 1}; "
+            f"{time.perf_counter() - started:.0f} s.",
+        ),
         "Each cell: mean ECE % on the test parts (the gap to TemperatureScaling's, paired by",
         "split, mean ± standard error; splits where lower; mean NLL relative to",
         "TemperatureScaling's; splits where the fit fell back to TemperatureScaling, i.e. no",
@@ -341,10 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             *(goal_verdict(row, results) for row in rows[1:]),
             "",
         ]
-    text = "\n".join(report)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    _common.write_results("\n".join(report), args.output)
     return 0
 
 

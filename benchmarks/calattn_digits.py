@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import _common
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from reliacal.datasets import (
-    default_digits_training_config,
     load_digits_images,
     make_tiny_vit,
     train_calibration_test_split,
-    train_digits_classifier,
 )
 from reliacal.finetune.calattn import CalAttnFinetuner
 from reliacal.finetune.losses import brier_loss
@@ -124,16 +121,8 @@ def run_quality(seeds, epochs, log):
         X_pre, y_pre = parts.X_train, parts.y_train
         X_fine, y_fine = parts.X_calibration, parts.y_calibration
         X_test, y_test = parts.X_test, parts.y_test
-        start = time.perf_counter()
-        pretrained, _ = train_digits_classifier(
-            X_pre,
-            y_pre,
-            config=default_digits_training_config(random_state=seed),
-            random_state=seed,
-        )
-        log(
-            f"seed {seed}: pre-trained on {len(y_pre)} images in {time.perf_counter() - start:.0f} s"
-        )
+        pretrained, seconds = _common.train_digits_vit(X_pre, y_pre, seed)
+        log(f"seed {seed}: pre-trained on {len(y_pre)} images in {seconds:.0f} s")
         for row, base_loss, lambda_brier in LOSSES:
             for method, head in (("baseline", False), ("CalAttn", True)):
                 start = time.perf_counter()
@@ -234,15 +223,14 @@ def _reduction(base, new):
     return 100.0 * (base - new) / base
 
 
-def report(results, timing, sizes, seeds, epochs, command, elapsed):
+def report(results, timing, sizes, seeds, epochs, argv, elapsed):
     lines = [
-        "# CalAttn vs plain fine-tuning on scikit-learn digits",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Seeds {', '.join(map(str, seeds))}; total run time {elapsed / 60:.1f} min on a shared "
-        "2-core CPU (torch with 1 thread).",
-        "",
+        *_common.header(
+            "CalAttn vs plain fine-tuning on scikit-learn digits",
+            __file__,
+            argv,
+            details=f"Seeds {', '.join(map(str, seeds))}; total run time {elapsed / 60:.1f} min.",
+        ),
         "## Setup",
         "",
         f"- Data: the 1,797 digits as 16x16 images, stratified per seed into "
@@ -353,13 +341,12 @@ def report(results, timing, sizes, seeds, epochs, command, elapsed):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    _common.add_seeds_argument(parser, [0, 1, 2])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--timing-steps", type=int, default=200)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/calattn_digits.md"))
+    _common.add_output_argument(parser, "calattn_digits.md")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    command = "python " + " ".join(["benchmarks/calattn_digits.py", *(argv or sys.argv[1:])])
+    _common.limit_threads(1)
 
     def log(message):
         print(message, flush=True)
@@ -368,11 +355,9 @@ def main(argv=None):
     results, models, sizes = run_quality(args.seeds, args.epochs, log)
     timing = run_timing(models, args.timing_steps, log)
     text = report(
-        results, timing, sizes, args.seeds, args.epochs, command, time.perf_counter() - start
+        results, timing, sizes, args.seeds, args.epochs, argv, time.perf_counter() - start
     )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(text)
+    _common.write_results(text, args.output)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ for OOD inputs (uniform-noise images and pixel-scrambled digits): the AUROC of
 telling them from the clean test images. Scores: 1 - max probability, predictive
 entropy and (DIRECTOR) mutual information; higher = "more likely shifted/OOD".
 
-A text case follows: a tiny BERT-style teacher (transformers,
+A text case follows: a tiny BERT-style teacher
+(:func:`reliacal.datasets.make_tiny_bert`: transformers'
 ``BertForSequenceClassification``, hidden 32, 2 layers) on a synthetic rule
 (which of the tokens 1, 2, 3 occurs most often in a padded sequence).
 
@@ -19,17 +20,16 @@ Usage::
     .venv/bin/python benchmarks/director_digits.py --seeds 1 2 3   # ~15 min on 2 cores
     .venv/bin/python benchmarks/director_digits.py --quick    # smoke run
 
-The markdown table goes to ``benchmarks/results/director_digits.md`` (``--out``).
+The markdown table goes to ``benchmarks/results/director_digits.md`` (``--output``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import platform
 import time
-from pathlib import Path
 
+import _common
 import numpy as np
 import torch
 from scipy import ndimage
@@ -37,10 +37,9 @@ from sklearn.metrics import roc_auc_score
 
 from reliacal.calibrators import TemperatureScaling
 from reliacal.datasets import (
-    default_digits_training_config,
     load_digits_images,
+    make_tiny_bert,
     train_calibration_test_split,
-    train_digits_classifier,
 )
 from reliacal.finetune.director import DiffusionReconfigurer
 from reliacal.metrics import (
@@ -50,9 +49,6 @@ from reliacal.metrics import (
     negative_log_likelihood,
 )
 from reliacal.training import TrainingConfig, fit_module
-
-RESULTS = Path(__file__).parent / "results" / "director_digits.md"
-
 
 # Data --------------------------------------------------------------------------------------
 
@@ -157,12 +153,9 @@ def run_digits_seed(seed: int, quick: bool) -> dict:
     X_test, y_test = splits.X_test, splits.y_test
     row: dict = {"quality": {}, "params": {}, "time": {}, "shift": {}, "ood": {}}
 
-    start = time.perf_counter()
-    config = default_digits_training_config(quick=quick, random_state=seed)
-    teacher, _ = train_digits_classifier(
-        splits.X_train, splits.y_train, config=config, random_state=seed
+    teacher, row["teacher_fit_s"] = _common.train_digits_vit(
+        splits.X_train, splits.y_train, seed, quick=quick
     )
-    row["teacher_fit_s"] = time.perf_counter() - start
     n_teacher = sum(p.numel() for p in teacher.parameters())
 
     scaler = TemperatureScaling().fit(
@@ -236,23 +229,10 @@ def token_task(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 
 
 def run_text_seed(seed: int, quick: bool) -> dict:
-    from transformers import BertConfig, BertForSequenceClassification
-
     rng = np.random.default_rng(seed)
     ids, y = token_task(3000, rng)
     train, cal, test = slice(0, 2000), slice(2000, 2500), slice(2500, 3000)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=LENGTH,
-        num_labels=3,
-        pad_token_id=PAD,
-    )
-    model = BertForSequenceClassification(config)
+    model = make_tiny_bert(3, VOCAB, max_length=LENGTH, pad_token_id=PAD, random_state=seed)
 
     def forward_logits(batch):
         return model(batch, attention_mask=(batch != PAD).long()).logits
@@ -326,15 +306,15 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def report(digits: list[dict], text: list[dict], args, elapsed: float) -> str:
+def report(digits: list[dict], text: list[dict], args, argv, elapsed: float) -> str:
     methods = list(digits[0]["quality"])
     lines = [
-        "# DIRECTOR on the digits (and a tiny text task)",
-        "",
-        f"Command: `.venv/bin/python benchmarks/director_digits.py{' --quick' if args.quick else ''}"
-        f" --seeds {' '.join(map(str, args.seeds))}`  ",
-        f"Machine: {platform.machine()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} torch thread(s), shared CPU; total {elapsed / 60:.1f} min.  ",
+        *_common.header(
+            "DIRECTOR on the digits (and a tiny text task)",
+            __file__,
+            argv,
+            details=f"Total {elapsed / 60:.1f} min.",
+        ),
         f"Seeds {args.seeds}; mean ± standard deviation over seeds. Test split: 450 digits "
         "(16x16). DIRECTOR: estimator defaults except "
         + ", ".join(
@@ -423,15 +403,14 @@ def report(digits: list[dict], text: list[dict], args, elapsed: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    _common.add_seeds_argument(parser, [1, 2, 3])
     parser.add_argument("--quick", action="store_true", help="few epochs: a smoke run")
     parser.add_argument("--no-text", action="store_true", help="skip the text case")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    # Tiny models on a shared machine: one thread avoids oversubscription.
-    torch.set_num_threads(1)
+    _common.add_output_argument(parser, "director_digits.md")
+    args = parser.parse_args(argv)
+    _common.limit_threads(1)
     start = time.perf_counter()
     digits, text = [], []
     for seed in args.seeds:
@@ -441,10 +420,8 @@ def main() -> None:
         # One seed: the text case shows that the language path works.
         text.append(run_text_seed(args.seeds[0], args.quick))
         print(f"text seed {args.seeds[0]}: {text[-1]['quality']}", flush=True)
-    markdown = report(digits, text, args, time.perf_counter() - start)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown)
-    print(markdown)
+    markdown = report(digits, text, args, argv, time.perf_counter() - start)
+    _common.write_results(markdown, args.output)
 
 
 if __name__ == "__main__":

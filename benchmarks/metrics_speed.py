@@ -21,22 +21,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
-import os
-import platform
 import statistics
 import time
 import tracemalloc
-from pathlib import Path
 
+import _common
 import numpy as np
 import relplot
 import torch
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 import reliacal.metrics as rm
-
-RESULTS = Path(__file__).parent / "results" / "metrics_speed.md"
 
 
 def _status_kb(field: str) -> int:
@@ -147,22 +142,19 @@ def measure(runs, repeats: int):
     return times, memory
 
 
-def build_report(args, runs, times, memory, checks, load_before, load_after) -> str:
+def build_report(args, argv, runs, times, memory, checks, load_before) -> str:
     median = {name: statistics.median(values) for name, values in times.items()}
     best = {name: min(values) for name, values in times.items()}
     floor = "numpy max + argmax (floor)"
     lines = [
-        "# reliacal.metrics speed",
-        "",
-        f"Command: `.venv/bin/python benchmarks/metrics_speed.py --n {args.n} --k {args.k} "
-        f"--repeats {args.repeats}`",
-        "",
-        f"Run {datetime.datetime.now().isoformat(timespec='minutes')} on {platform.node()}: "
-        f"{os.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} "
-        f"after (the machine is shared); numpy {np.__version__}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), Python {platform.python_version()}.",
-        f"Data: {args.n:,} x {args.k} float32 probabilities ({args.n * args.k * 4 / 1e6:.0f} MB).",
-        "",
+        *_common.header(
+            "reliacal.metrics speed",
+            __file__,
+            argv,
+            load_before=load_before,
+            details=f"Data: {args.n:,} x {args.k} float32 probabilities "
+            f"({args.n * args.k * 4 / 1e6:.0f} MB).",
+        ),
         "Peak memory: growth of the resident set during one call (all allocations,",
         "torch included) and the tracemalloc peak (numpy and Python allocations only).",
         "",
@@ -221,21 +213,20 @@ def build_report(args, runs, times, memory, checks, load_before, load_after) -> 
     return "\n".join(lines) + "\n"
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="number of samples")
     parser.add_argument("--k", type=int, default=100, help="number of classes")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    _common.add_output_argument(parser, "metrics_speed.md")
+    args = parser.parse_args(argv)
 
     probs, labels = make_data(args.n, args.k)
     runs = contenders(probs, labels)
     for function in runs.values():  # warm-up: imports, first-touch page faults
         function()
-    load_before = os.getloadavg()[0]
+    load_before = _common.load_average()
     times, memory = measure(runs, args.repeats)
-    load_after = os.getloadavg()[0]
 
     confidence = probs.max(axis=1).astype(np.float64)
     correct = (probs.argmax(axis=1) == labels).astype(np.float64)
@@ -251,11 +242,8 @@ def main():
         f"ECE: reliacal {ece:.6f}, torchmetrics {torch_ece:.6f}, |difference| "
         f"{abs(ece - torch_ece):.1e}",
     ]
-    report = build_report(args, runs, times, memory, checks, load_before, load_after)
-    print(report)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report)
-    print(f"written to {args.output}")
+    report = build_report(args, argv, runs, times, memory, checks, load_before)
+    _common.write_results(report, args.output)
 
 
 if __name__ == "__main__":

@@ -62,18 +62,15 @@ and the digits model, no file written unless ``--output`` is given.
 from __future__ import annotations
 
 import argparse
-import platform
-import sys
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import _common
 import numpy as np
-import torch
 from sklearn.model_selection import train_test_split
-from threadpoolctl import threadpool_limits
 
 from reliacal.backbones import as_backbone, extract_outputs
 from reliacal.calibrators import (
@@ -83,10 +80,8 @@ from reliacal.calibrators import (
     VectorScaling,
 )
 from reliacal.datasets import (
-    default_digits_training_config,
     load_digits_images,
     train_calibration_test_split,
-    train_digits_classifier,
 )
 from reliacal.metrics import (
     accuracy,
@@ -311,14 +306,7 @@ def digits_outputs(quick: bool, log) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """Pooled features, logits and labels of the demo's held-out digits, and the train time."""
     X, y = load_digits_images()
     parts = train_calibration_test_split(X, y, random_state=0)
-    start = time.perf_counter()
-    model, _ = train_digits_classifier(
-        parts.X_train,
-        parts.y_train,
-        config=default_digits_training_config(quick=quick, random_state=0),
-        random_state=0,
-    )
-    seconds = time.perf_counter() - start
+    model, seconds = _common.train_digits_vit(parts.X_train, parts.y_train, 0, quick=quick)
     log(f"digits ViT trained in {seconds:.1f} s")
     held_out = np.concatenate([parts.X_calibration, parts.X_test])
     labels = np.concatenate([parts.y_calibration, parts.y_test])
@@ -403,32 +391,29 @@ def main(argv: list[str] | None = None) -> int:
         help=f"also fit Dirichlet on the CIFAR-100 records ({DIRICHLET_100_NOTE})",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch and BLAS threads")
-    parser.add_argument("--output", type=Path, default=None, help="markdown file to write")
+    _common.add_output_argument(parser, None)
     args = parser.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
-    threadpool_limits(args.threads)
+    _common.limit_threads(args.threads)
     n_splits = args.splits or (2 if args.quick else 5)
     seeds = range(args.first_seed, args.first_seed + n_splits)
     records = args.records or (RECORDS[:1] if args.quick else RECORDS)
     adaptive_params = {"max_epochs": 3} if args.quick else {}
     output = args.output
     if output is None and not args.quick:
-        output = Path(__file__).resolve().parent / "results" / "posthoc_quality.md"
+        output = _common.RESULTS_DIR / "posthoc_quality.md"
 
     def log(message: str) -> None:
         print(message, flush=True)
 
-    command = ".venv/bin/python benchmarks/posthoc_quality.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
     report = [
-        "# Post-hoc calibration quality",
-        "",
-        f"Command: `{command.strip()}` (torch {torch.__version__}, "
-        f"{args.threads} torch/BLAS thread(s), {platform.machine()}, a shared 2-core machine: "
-        "fit times are indicative only).",
-        "",
+        *_common.header(
+            "Post-hoc calibration quality",
+            __file__,
+            argv,
+            details=f"BLAS on {args.threads} thread(s) too; on a shared machine the fit "
+            "times are indicative only.",
+        ),
         "Mean ± standard deviation over the splits, measured on the test part of each split;",
         "ECE with 15 equal-width bins, adaptive ECE with 15 equal-mass bins (both top-label),",
         "classwise ECE with 15 equal-width bins, debiased ECE: Kumar et al.'s debiased L2 error",
@@ -501,12 +486,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report += ["## AdaptiveTS against TemperatureScaling", "", *summary, "", *TUNING_NOTE, ""]
     report += [f"Total time: {time.perf_counter() - started:.0f} s.", ""]
-    text = "\n".join(report)
-    print(text)
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text)
-        log(f"written to {output}")
+    _common.write_results("\n".join(report), output)
     return 0
 
 

@@ -24,13 +24,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 import warnings
 from collections.abc import Callable
 
+import _common
 import numpy as np
 import torch
 from scipy.special import log_softmax
@@ -158,17 +157,15 @@ def run_case(n_samples, n_classes, fitters, repeats):
     return rows
 
 
-def markdown(results, skipped, command, load_before, load_after) -> str:
+def markdown(results, skipped, argv, load_before) -> str:
     lines = [
-        "# Temperature scaling: fit time and optimum",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}. "
-        f"Load average (1 min) before / after: {load_before:.1f} / {load_after:.1f} "
-        "(the machine is shared; times are the best of the repeats, fitters interleaved).",
-        "",
+        *_common.header(
+            "Temperature scaling: fit time and optimum",
+            __file__,
+            argv,
+            load_before=load_before,
+            details="Times are the best of the repeats, fitters interleaved.",
+        ),
         "ratio = fitter time / reliacal time (larger: reliacal is faster). NLL: mean "
         "negative log-likelihood at the returned T, computed in float64 by one function "
         "for all fitters.",
@@ -195,10 +192,10 @@ def markdown(results, skipped, command, load_before, load_after) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=None, help="write the Markdown table here")
+    _common.add_output_argument(parser, None)
     args = parser.parse_args(argv)
     fitters, skipped = available_fitters()
-    load_before = os.getloadavg()[0]
+    load_before = _common.load_average()
     results = {}
     for n_samples, n_classes in CASES:
         results[(n_samples, n_classes)] = rows = run_case(
@@ -212,13 +209,9 @@ def main(argv=None) -> int:
             )
     for line in skipped:
         print("skipped:", line)
-    command = "python benchmarks/temperature_speed.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    text = markdown(results, skipped, command.strip(), load_before, os.getloadavg()[0])
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(text)
+    text = markdown(results, skipped, argv, load_before)
+    if args.output is not None:
+        _common.write_results(text, args.output)
     return 0
 
 

@@ -24,6 +24,7 @@ import numpy as np
 if TYPE_CHECKING:  # imported lazily at run time: torch and timm are slow to import
     import torch
     from timm.models.vision_transformer import VisionTransformer
+    from transformers import BertForSequenceClassification
 
     from reliacal.training import TrainingConfig, TrainingResult
 
@@ -33,6 +34,7 @@ __all__ = [
     "default_digits_training_config",
     "load_digits_images",
     "load_prediction_file",
+    "make_tiny_bert",
     "make_tiny_vit",
     "train_calibration_test_split",
     "train_digits_classifier",
@@ -159,6 +161,92 @@ def make_tiny_vit(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(random_state)
         return build()
+
+
+def make_tiny_bert(
+    num_classes: int = 3,
+    vocab_size: int = 40,
+    *,
+    max_length: int = 16,
+    hidden_size: int = 32,
+    depth: int = 2,
+    num_heads: int = 2,
+    intermediate_size: int = 64,
+    pad_token_id: int = 0,
+    random_state: int | None = None,
+    **kwargs: Any,
+) -> BertForSequenceClassification:
+    """Build a small transformers BERT sequence classifier with random weights.
+
+    The text counterpart of :func:`make_tiny_vit`: a
+    ``BertForSequenceClassification`` whose default (vocabulary 40, sequences
+    of at most 16 tokens, width 32, 2 layers of 2 heads) has about 20k
+    parameters, for tests and benchmarks of the language path (the BERT
+    adapter of :mod:`reliacal.backbones`, DIRECTOR on token ids). Nothing is
+    downloaded. Token ``pad_token_id`` marks padding; pass
+    ``attention_mask=(ids != pad_token_id)`` when calling the model directly
+    (the adapters derive it themselves).
+
+    Parameters
+    ----------
+    num_classes : int, default=3
+        Size of the classification head.
+    vocab_size : int, default=40
+        Number of token ids, ``0 .. vocab_size - 1``.
+    max_length : int, default=16
+        Longest sequence the position embeddings cover.
+    hidden_size, depth, num_heads, intermediate_size
+        Width, number of layers, attention heads per layer and width of the
+        feed-forward layers (``BertConfig``'s ``hidden_size``,
+        ``num_hidden_layers``, ``num_attention_heads``,
+        ``intermediate_size``); ``hidden_size`` must be a multiple of
+        ``num_heads``.
+    pad_token_id : int, default=0
+        Id of the padding token, in ``[0, vocab_size)``.
+    random_state : int or None, default=None
+        Seed for the weight initialisation (the global torch generator is
+        left untouched); ``None`` draws from the global generator.
+    **kwargs
+        Further ``BertConfig`` arguments (e.g. ``initializer_range``).
+
+    Returns
+    -------
+    transformers.BertForSequenceClassification
+        A model in training mode, on the CPU.
+
+    Examples
+    --------
+    >>> import torch
+    >>> model = make_tiny_bert(num_classes=3, random_state=0).eval()
+    >>> ids = torch.tensor([[39, 5, 7, 1, 0, 0], [39, 2, 2, 3, 9, 4]])
+    >>> model(ids, attention_mask=(ids != 0).long()).logits.shape
+    torch.Size([2, 3])
+    """
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from reliacal._torch_estimator import seeded_torch
+
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be a multiple of num_heads ({num_heads})"
+        )
+    if not 0 <= pad_token_id < vocab_size:
+        raise ValueError(
+            f"pad_token_id must be a token id in [0, vocab_size={vocab_size}), got {pad_token_id!r}"
+        )
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=depth,
+        num_attention_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_length,
+        num_labels=num_classes,
+        pad_token_id=pad_token_id,
+        **kwargs,
+    )
+    with seeded_torch(random_state):
+        return BertForSequenceClassification(config)
 
 
 @dataclass(frozen=True)

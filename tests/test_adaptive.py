@@ -15,6 +15,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils.estimator_checks import check_estimator
 from torch import distributions
+from torch.nn import functional as F
 
 from reliacal.backbones import as_backbone
 from reliacal.calibrators import AdaptiveTS, TemperatureScaling, adaptive
@@ -689,6 +690,94 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_weights(monke
     assert seen["changed"]  # four good steps moved the weights before the bad one
     torch.testing.assert_close(model.members_[0].network.prior_mean.detach(), seen["prior_mean"])
     assert all(bool(torch.isfinite(p).all()) for p in model.members_[0].network.parameters())
+
+
+# --- loss=...: the documented hook that replaces the training loss -------------------------
+
+
+def documented_elbo(logits, y, sample_weight, variational):
+    """The default loss, written from the ``loss`` parameter's description."""
+    cross_entropy = F.cross_entropy(logits, y, reduction="none")
+    return (sample_weight * (variational + cross_entropy)).mean()
+
+
+def brier_instead_of_cross_entropy(logits, y, sample_weight, variational):
+    one_hot = F.one_hot(y, logits.shape[1]).to(logits.dtype)
+    brier = (torch.softmax(logits, dim=-1) - one_hot).square().sum(dim=-1)
+    return (sample_weight * (variational + 10.0 * brier)).mean()
+
+
+def _state(model):
+    return [member.network.state_dict() for member in model.members_]
+
+
+def test_the_documented_formula_reproduces_the_default_fit_exactly():
+    X, y = _logit_problem(n=240)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    default = AdaptiveTS(**TINY).fit(X, y, sample_weight=weights)
+    custom = AdaptiveTS(**TINY, loss=documented_elbo).fit(X, y, sample_weight=weights)
+    for expected, actual in zip(_state(default), _state(custom)):
+        for name, value in expected.items():
+            assert torch.equal(actual[name], value), name
+    np.testing.assert_array_equal(custom.temperature(X), default.temperature(X))
+
+
+def test_the_callable_receives_the_documented_arguments_and_steers_training():
+    X, y = _logit_problem(n=240)
+    weights = np.random.default_rng(2).uniform(0.5, 2.0, size=len(y))
+    seen = []
+
+    def recording(logits, target, sample_weight, variational):
+        seen.append((logits.shape, logits.requires_grad, target.dtype, sample_weight.clone()))
+        assert variational.shape == target.shape == sample_weight.shape == (len(logits),)
+        return brier_instead_of_cross_entropy(logits, target, sample_weight, variational)
+
+    params = {**TINY, "validation_fraction": 0.0, "n_iter_no_change": None}
+    model = AdaptiveTS(**params, loss=recording).fit(X, y, sample_weight=weights)
+    # 240 rows in batches of 32: 8 batches (the last of 16) per epoch, 3 epochs.
+    assert len(seen) == 3 * 8
+    assert {shape for shape, *_ in seen} == {(32, 3), (16, 3)}
+    assert all(grad and dtype == torch.int64 for _, grad, dtype, _ in seen)
+    # The weights arrive scaled to mean 1 over the calibration data.
+    epoch = torch.cat([weight for *_, weight in seen[:8]])
+    torch.testing.assert_close(epoch.mean(), torch.tensor(1.0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        torch.sort(epoch).values,
+        torch.sort(torch.as_tensor(weights * len(y) / weights.sum(), dtype=torch.float32)).values,
+    )
+    default = AdaptiveTS(**params).fit(X, y, sample_weight=weights)
+    assert not np.allclose(model.temperature(X), default.temperature(X))
+
+
+def test_a_non_scalar_loss_is_refused():
+    X, y = _logit_problem(n=64)
+
+    def per_sample(logits, target, sample_weight, variational):
+        return variational
+
+    with pytest.raises(ValueError, match="scalar"):
+        AdaptiveTS(**TINY, loss=per_sample).fit(X, y)
+
+
+@pytest.mark.parametrize("loss", ["mse", 1.0])
+def test_an_unknown_loss_is_refused_by_name(loss):
+    X, y = _logit_problem(n=64)
+    with pytest.raises(ValueError, match="'loss' parameter"):
+        AdaptiveTS(loss=loss).fit(X, y)
+
+
+def test_clone_pickle_and_grid_search_over_the_loss():
+    X, y = _logit_problem(n=240)
+    model = AdaptiveTS(**TINY, loss=brier_instead_of_cross_entropy)
+    assert clone(model).get_params()["loss"] is brier_instead_of_cross_entropy
+    fitted = model.fit(X, y)
+    restored = pickle.loads(pickle.dumps(fitted))
+    np.testing.assert_array_equal(restored.temperature(X), fitted.temperature(X))
+    grid = {"loss": ["elbo", brier_instead_of_cross_entropy]}
+    search = GridSearchCV(AdaptiveTS(**TINY), grid, scoring="neg_log_loss", cv=2).fit(X, y)
+    assert list(search.cv_results_["param_loss"]) == grid["loss"]
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    assert search.best_estimator_.loss in grid["loss"]
 
 
 def test_check_estimator_in_logits_mode():

@@ -22,6 +22,7 @@ from reliacal.backbones import (
     as_backbone,
     extract_outputs,
 )
+from reliacal.datasets import make_tiny_bert
 
 N_SAMPLES = 10
 N_CLASSES = 3
@@ -80,20 +81,14 @@ def make_hf_vit():
 
 
 def make_hf_bert():
-    from transformers import BertConfig, BertForSequenceClassification
-
-    config = BertConfig(
-        vocab_size=40,
+    return make_tiny_bert(
+        N_CLASSES,
+        40,
         hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
         intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=N_CLASSES,
         pad_token_id=PAD_ID,
         initializer_range=0.5,  # large weights: padding visibly changes the outputs
     )
-    return BertForSequenceClassification(config)
 
 
 class PlainNet(nn.Module):

@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 from reliacal.datasets import (
     load_digits_images,
     load_prediction_file,
+    make_tiny_bert,
     make_tiny_vit,
     train_calibration_test_split,
     train_digits_classifier,
@@ -77,6 +78,50 @@ def test_tiny_vit_shapes_seed_and_size():
     assert wide(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
     with pytest.raises(ValueError, match="multiple of patch_size"):
         make_tiny_vit(image_size=18)
+
+
+def test_tiny_bert_is_the_described_bert_seeded_without_touching_the_global_generator():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(123)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(123)
+    model = make_tiny_bert(num_classes=4, vocab_size=30, random_state=7, initializer_range=0.5)
+    assert torch.equal(torch.rand(3), expected_draw)
+    # Oracle: the same configuration written out by hand, initialised under the same seed.
+    torch.manual_seed(7)
+    reference = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=30,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=16,
+            num_labels=4,
+            pad_token_id=0,
+            initializer_range=0.5,
+        )
+    )
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    for name, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name
+    assert model.training
+    ids = torch.tensor([[29, 3, 5, 0], [29, 1, 2, 8]])
+    with torch.no_grad():
+        logits = model.eval()(ids, attention_mask=(ids != 0).long()).logits
+    assert logits.shape == (2, 4)
+
+
+def test_tiny_bert_sizes_and_bad_arguments():
+    wide = make_tiny_bert(num_classes=2, max_length=32, hidden_size=48, depth=1, num_heads=3)
+    assert wide.config.num_hidden_layers == 1 and wide.config.num_attention_heads == 3
+    assert wide.bert.embeddings.position_embeddings.num_embeddings == 32
+    assert wide.classifier.out_features == 2
+    with pytest.raises(ValueError, match="multiple of num_heads"):
+        make_tiny_bert(hidden_size=30, num_heads=4)
+    with pytest.raises(ValueError, match="pad_token_id"):
+        make_tiny_bert(vocab_size=10, pad_token_id=10)
 
 
 def test_split_is_disjoint_stratified_and_seeded(digits):

@@ -18,6 +18,7 @@ from reliacal.backbones import as_backbone
 from reliacal.datasets import (
     default_digits_training_config,
     load_digits_images,
+    make_tiny_bert,
     train_digits_classifier,
 )
 from reliacal.finetune._director_modules import (
@@ -49,20 +50,7 @@ def tiny_vit(seed: int = 0, depth: int = 3) -> VisionTransformer:
 
 
 def tiny_bert(seed: int = 0):
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=16,
-        num_labels=3,
-        pad_token_id=PAD,
-    )
-    return BertForSequenceClassification(config).eval()
+    return make_tiny_bert(3, VOCAB, pad_token_id=PAD, random_state=seed).eval()
 
 
 def frozen_adapter(model: nn.Module):

@@ -225,6 +225,19 @@ def _adaptive_ts_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.T
     return (outputs.sample_weight * per_sample).mean()
 
 
+def _loss_from_terms(loss):
+    """The trainer's ``loss_fn(outputs, target)`` around a user's
+    ``loss(logits, y, sample_weight, variational)`` (see ``AdaptiveTS(loss=...)``)."""
+
+    def training_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.Tensor:
+        prior = (outputs.prior_mean[target], outputs.prior_scale[target])
+        kl = _gaussian_kl(outputs.posterior_mean, outputs.posterior_scale, *prior)
+        variational = outputs.reconstruction_nll + kl
+        return loss(outputs.logits, target, outputs.sample_weight, variational)
+
+    return training_loss
+
+
 def _output_logits(outputs: _AdaptiveOutput) -> torch.Tensor:
     return outputs.logits
 
@@ -453,6 +466,18 @@ class AdaptiveTS(BaseCalibrator):
         ``random_state``'s) and so its own initialisation, validation split
         and shuffling; ``T(x)`` is the geometric mean of their temperatures
         (see the departures above). Fitting takes ``n_members`` times as long.
+    loss : "elbo" or callable, default="elbo"
+        The training loss. ``"elbo"`` is the published one above. A callable
+        ``loss(logits, y, sample_weight, variational) -> scalar tensor``
+        replaces it, for experiments with other calibration terms; per
+        mini-batch of ``B`` rows it receives the calibrated logits
+        ``z / T(u)`` (``(B, K)``, differentiable, ``u`` sampled), the class
+        indices ``y`` (``(B,)``, int64), the sample weights (``(B,)``, mean 1
+        over the calibration data) and ``variational``, the per-sample
+        ``-log p(h | u) + KL(q(u | h) || p(u | y))`` (``(B,)``). ``"elbo"``
+        is ``(sample_weight * (variational + cross_entropy(logits, y))).mean()``.
+        The epoch is still selected by the validation NLL. A module-level
+        function keeps the estimator picklable.
     random_state : int, RandomState instance or None, default=None
         Seeds the network's initialisation, the validation split, the
         shuffling and the latent samples of training (of the first member;
@@ -560,6 +585,7 @@ class AdaptiveTS(BaseCalibrator):
         "initial_temperature": [StrOptions({"ts"}), None],
         "confidence_inputs": ["boolean"],
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
+        "loss": [StrOptions({"elbo"}), callable],
         "random_state": ["random_state"],
     }
 
@@ -579,6 +605,7 @@ class AdaptiveTS(BaseCalibrator):
         initial_temperature: str | None = "ts",
         confidence_inputs: bool = False,
         n_members: int = 1,
+        loss="elbo",
         random_state=None,
         input: str = "logits",
         classes=None,
@@ -602,6 +629,7 @@ class AdaptiveTS(BaseCalibrator):
         self.initial_temperature = initial_temperature
         self.confidence_inputs = confidence_inputs
         self.n_members = n_members
+        self.loss = loss
         self.random_state = random_state
         self.input = input
         self.classes = classes
@@ -734,7 +762,7 @@ class AdaptiveTS(BaseCalibrator):
         try:
             result = fit_module(
                 network,
-                _adaptive_ts_loss,
+                _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
                 train_data,
                 config=config,
                 validation_data=validation_data,
