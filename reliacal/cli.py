@@ -239,7 +239,7 @@ def _say(message: str) -> None:
 
 
 def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
-    from reliacal.datasets import load_prediction_file
+    from reliacal.io import load_prediction_file
 
     predictions = load_prediction_file(
         path,
