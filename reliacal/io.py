@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from reliacal._columns import number_columns, odd_column, pandas_index_columns
+
 __all__ = ["Predictions", "load_prediction_file"]
 
 # Searched in this order when the caller names no key or column.
@@ -141,11 +143,11 @@ def load_prediction_file(
     path = Path(path)
     _require_file(path)
     suffix = path.suffix.lower()
-    column_names = None
+    table = None
     if suffix == ".npz":
         values, file_labels, values_from, labels_from = _read_npz(path, probs_key, labels_key)
     elif suffix == ".npy":
-        values, file_labels = np.load(path, allow_pickle=False), None
+        values, file_labels = _load_array(path, "the array", lambda: _load_npy(path)), None
         values_from = labels_from = ""
         if labels_path is None:
             raise ValueError(
@@ -153,9 +155,9 @@ def load_prediction_file(
                 "file (--labels FILE)"
             )
     elif suffix in TABLE_SUFFIXES:
-        values, file_labels, values_from, labels_from, column_names = _read_table(
-            path, probs_key, labels_key, labels_in_table=labels_path is None
-        )
+        table = _read_table(path, probs_key, labels_key, labels_in_table=labels_path is None)
+        values, file_labels = table.values, table.labels
+        labels_from = f"column {table.label_column!r}"
     else:
         raise ValueError(
             f"{path.name}: unknown prediction file type {suffix!r}; "
@@ -163,13 +165,16 @@ def load_prediction_file(
         )
     if labels_path is not None:
         file_labels, labels_from = _read_labels_file(Path(labels_path), labels_key)
+    if table is not None:
+        table = _arrange_table(path, table, file_labels, labels)
+        values, values_from = table.values, table.description
 
     logits = logits or values_from.endswith("'logits'")
     values_from = values_from or "the array"
     description = f"{path.name}: {'logits' if logits else 'probabilities'} from {values_from}"
     description += " (softmax applied)" if logits else ""
     source = f"{description}, labels from {labels_from}"
-    return _validated(path, values, file_labels, logits, source, column_names, labels)
+    return _validated(path, values, file_labels, logits, source, table, labels)
 
 
 def _require_file(path: Path) -> None:
@@ -213,8 +218,39 @@ def _read_npz(path: Path, probs_key: str | None, labels_key: str | None):
                 f"logits); it has: {', '.join(keys)}; name one with --probs-key"
             )
         label_key = _pick_key(keys, labels_key, LABEL_KEYS, "label")
-        labels = None if label_key is None else archive[label_key]
-        return archive[value_key], labels, f"key {value_key!r}", f"key {label_key!r}"
+        labels = None
+        if label_key is not None:
+            labels = _load_array(path, f"key {label_key!r}", lambda: archive[label_key])
+        values = _load_array(path, f"key {value_key!r}", lambda: archive[value_key])
+        return values, labels, f"key {value_key!r}", f"key {label_key!r}"
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as error:
+        if "Object arrays" in str(error):
+            raise
+        # numpy reads a file without the .npy header as a pickle and suggests unpickling it.
+        raise ValueError(f"{path.name} is not a valid .npy file") from None
+    except (OSError, EOFError) as error:
+        raise ValueError(f"{path.name} cannot be read as .npy: {error}") from None
+
+
+def _load_array(path: Path, where: str, load) -> np.ndarray:
+    """``load()``, with numpy's refusal of object arrays explained for this file and key."""
+    try:
+        return load()
+    except ValueError as error:
+        if "Object arrays" not in str(error):
+            raise
+        # Loading Python objects would run code from the file, so they stay refused; say how
+        # to write the array in a form numpy stores as plain data.
+        raise ValueError(
+            f"{path.name}: {where} holds Python objects (dtype=object), which are not loaded "
+            "from files for safety; save it as numbers or as fixed-width strings, e.g. "
+            "np.asarray(values, dtype=str) or values.astype(int), before np.save/np.savez"
+        ) from None
 
 
 def _read_dataframe(path: Path):
@@ -228,7 +264,22 @@ def _read_dataframe(path: Path):
         raise ValueError(f"{path.name} cannot be read as a table: {error}") from None
 
 
-def _read_table(path: Path, probs_key: str | None, labels_key: str | None, labels_in_table: bool):
+@dataclass(frozen=True)
+class _Table:
+    """The value columns of a table, before and after they are put in class order."""
+
+    values: np.ndarray  # (n, K), or (n,) for one column
+    labels: np.ndarray | None
+    label_column: str | None
+    columns: list[str]  # the value columns' names, in the order of ``values``
+    names: list[str]  # the same without the probs_key prefix
+    classes: np.ndarray | None = None  # the class of each column, when the names say it
+    description: str = ""
+
+
+def _read_table(
+    path: Path, probs_key: str | None, labels_key: str | None, labels_in_table: bool
+) -> _Table:
     frame = _read_dataframe(path)
     columns = [str(column) for column in frame.columns]
     frame.columns = columns
@@ -247,6 +298,13 @@ def _read_table(path: Path, probs_key: str | None, labels_key: str | None, label
     ]
     if not value_columns:
         raise ValueError(f"{path.name} has no probability columns")
+    index_columns = pandas_index_columns(value_columns)
+    if index_columns:
+        raise ValueError(
+            f"{path.name}: column {index_columns[0]!r} has no name in the file: it is the row "
+            "index that pandas writes unless to_csv(..., index=False), not a class; write the "
+            "file with index=False, or select the class columns with --probs-key PREFIX"
+        )
     from pandas.api.types import is_numeric_dtype
 
     non_numeric = [column for column in value_columns if not is_numeric_dtype(frame[column])]
@@ -255,23 +313,85 @@ def _read_table(path: Path, probs_key: str | None, labels_key: str | None, label
     values = frame[value_columns].to_numpy(dtype=np.float64)
     if len(value_columns) == 1:
         values = values[:, 0]
-    labels = None if label_column is None else frame[label_column].to_numpy()
-    shown = ", ".join(value_columns[:3]) + (", ..." if len(value_columns) > 3 else "")
-    column_names = [column[len(probs_key or "") :] for column in value_columns]
-    return (
-        values,
-        labels,
-        f"{len(value_columns)} columns ({shown})",
-        f"column {label_column!r}",
-        column_names,
+    return _Table(
+        values=values,
+        labels=None if label_column is None else frame[label_column].to_numpy(),
+        label_column=label_column,
+        columns=value_columns,
+        names=[column[len(probs_key or "") :] for column in value_columns],
     )
+
+
+def _arrange_table(path: Path, table: _Table, labels, given_classes) -> _Table:
+    """Put the value columns in class order and say which class each holds.
+
+    Non-numeric labels name their columns; numeric labels are matched to the
+    class numbers in the column names (``p_1, p_0`` is reordered to class 0
+    then 1); names without numbers leave the columns in file order. With
+    ``labels=`` (--classes) the caller gives the class of each column in file
+    order, which no name overrides.
+    """
+    order, classes = list(range(len(table.columns))), None
+    numeric = labels is not None and np.asarray(labels).dtype.kind in "biuf"
+    if table.values.ndim == 2 and given_classes is None and labels is not None:
+        if not numeric:
+            classes = np.asarray(table.names)
+        else:
+            order, classes = _numbered_order(path, table)
+    columns = [table.columns[position] for position in order]
+    values = table.values if order == sorted(order) else table.values[:, order]
+    shown = ", ".join(columns[:3]) + (", ..." if len(columns) > 3 else "")
+    description = f"{len(columns)} columns ({shown})"
+    if order != sorted(order):
+        description += " put in the order of the class numbers in their names"
+    return _Table(
+        values=values,
+        labels=table.labels,
+        label_column=table.label_column,
+        columns=columns,
+        names=[table.names[position] for position in order],
+        classes=classes,
+        description=description,
+    )
+
+
+def _numbered_order(path: Path, table: _Table) -> tuple[list[int], np.ndarray | None]:
+    """Column order and classes from the numbers in the column names (numeric labels)."""
+    try:
+        numbering = number_columns(table.names)
+    except ValueError as error:
+        raise ValueError(f"{path.name}: {error}") from None
+    if numbering is None:
+        return list(range(len(table.columns))), None
+    if numbering.strays:
+        strays = [table.columns[position] for position in numbering.strays]
+        numbered = [table.columns[position] for position in numbering.order]
+        shown = ", ".join(numbered[:2]) + (", ..., " if len(numbered) > 3 else ", ")
+        shown += numbered[-1]
+        row_sums = table.values.sum(axis=1)
+        worst = int(np.argmax(np.abs(row_sums - 1)))
+        effect = (
+            f"with them the rows do not sum to 1 (row {worst} sums to {row_sums[worst]:.6g})"
+            if abs(row_sums[worst] - 1) > 1e-4
+            else "so the class of each column is unknown"
+        )
+        raise ValueError(
+            f"{path.name}: column{'s' if len(strays) > 1 else ''} {', '.join(strays)} "
+            f"{'are' if len(strays) > 1 else 'is'} not named like the class columns "
+            f"{shown} (a prefix {numbering.prefix!r} and a class number): {effect}; select "
+            "the class columns with --probs-key PREFIX, or drop the others"
+        )
+    numbers = numbering.numbers
+    # Numbers 0..K-1 are column indices, as integer labels are without names.
+    classes = None if numbers == list(range(len(numbers))) else np.asarray(numbers)
+    return numbering.order, classes
 
 
 def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, str]:
     _require_file(path)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        return np.load(path, allow_pickle=False), path.name
+        return _load_array(path, "the labels", lambda: _load_npy(path)), path.name
     if suffix == ".npz":
         with _open_npz(path) as archive:
             keys = list(archive.files)
@@ -283,7 +403,8 @@ def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, s
                         f"it has: {', '.join(keys)}"
                     )
                 key = keys[0]
-            return archive[key], f"{path.name} key {key!r}"
+            labels = _load_array(path, f"key {key!r}", lambda: archive[key])
+            return labels, f"{path.name} key {key!r}"
     if suffix in TABLE_SUFFIXES:
         frame = _read_dataframe(path)
         columns = [str(column) for column in frame.columns]
@@ -297,10 +418,13 @@ def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, s
     raise ValueError(f"{path.name}: unknown label file type {suffix!r}; use .npy, .npz, .csv")
 
 
-def _validated(
-    path: Path, values, labels, from_logits: bool, source: str, column_names, given_classes
-):
-    from reliacal._validation import _SOFTMAX_HINT, check_logits, check_probabilities
+def _validated(path: Path, values, labels, from_logits: bool, source: str, table, given_classes):
+    from reliacal._validation import (
+        _SOFTMAX_HINT,
+        _row_sum_tolerance,
+        check_logits,
+        check_probabilities,
+    )
     from reliacal.metrics import softmax
 
     if labels is None:
@@ -313,9 +437,9 @@ def _validated(
         raise ValueError(f"{path.name}: labels must be one-dimensional, got shape {labels.shape}")
     classes = None
     if given_classes is not None:
-        classes = _given_classes(path, given_classes, labels)
-    elif labels.dtype.kind not in "biuf" and column_names is not None:
-        classes = np.asarray(column_names)
+        classes = _given_classes(path, given_classes, labels, values)
+    elif table is not None:
+        classes = table.classes
     logit_values = None
     try:
         if from_logits:
@@ -324,6 +448,16 @@ def _validated(
         # The validated labels and probabilities are discarded: the point is the error message.
         check_probabilities(labels, values, labels=classes)
     except ValueError as error:
+        odd = None
+        if table is not None and not from_logits and np.ndim(values) == 2:
+            odd = odd_column(np.asarray(values), _row_sum_tolerance(values))
+        if odd is not None:
+            # One extra column (an identifier, a weight) explains it: name it, not logits.
+            raise ValueError(
+                f"{path.name}: column {table.columns[odd]!r} is not a class probability: "
+                "without it every row sums to 1; select the class columns with --probs-key "
+                "PREFIX, or drop it"
+            ) from None
         # Where the check suspects logits, say how to pass them to this loader instead.
         message = str(error).replace(_SOFTMAX_HINT, _LOGITS_HINT)
         message = message.replace("pass labels=[...]", "pass labels=[...] (--classes A,B,...)")
@@ -331,10 +465,16 @@ def _validated(
     return Predictions(np.asarray(values), labels, logit_values, source, classes)
 
 
-def _given_classes(path: Path, given, labels: np.ndarray) -> np.ndarray:
+def _given_classes(path: Path, given, labels: np.ndarray, values) -> np.ndarray:
     classes = np.asarray(given)
     if classes.ndim != 1:
         raise ValueError(f"labels= must be a flat list of class names, got shape {classes.shape}")
+    n_columns = {1: 2, 2: np.shape(values)[-1]}.get(np.ndim(values), len(classes))
+    if len(classes) != n_columns:
+        raise ValueError(
+            f"{path.name}: {len(classes)} class names given (labels=, --classes) for "
+            f"{n_columns} prediction columns; give one name per column"
+        )
     if labels.dtype.kind in "biuf" and classes.dtype.kind in "OSU":
         try:
             classes = classes.astype(labels.dtype)

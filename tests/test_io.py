@@ -196,3 +196,124 @@ def test_non_numeric_column(tmp_path):
     pd.DataFrame({"label": [0, 1], "p0": ["a", "b"], "p1": [0.5, 0.5]}).to_csv(path, index=False)
     with pytest.raises(ValueError, match="not numeric"):
         load_prediction_file(path)
+
+
+# ------------------------------------------------ column names carry the classes (issue 16)
+
+
+def shuffled_table(path, probs, labels, names):
+    """Write ``probs`` (columns in class order) as a table whose columns come in name order."""
+    frame = pd.DataFrame({name: probs[:, k] for k, name in enumerate(names)})
+    frame = frame[sorted(names)].assign(label=labels)
+    frame.to_csv(path, index=False)
+    return list(frame.columns[:-1])
+
+
+def test_table_columns_are_put_in_the_order_of_their_class_numbers(tmp_path):
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(12), size=40)
+    labels = rng.integers(0, 12, size=40)
+    # Sorted as strings: p0, p1, p10, p11, p2, ..., p9 (what a sorted dict writes).
+    written = shuffled_table(tmp_path / "twelve.csv", probs, labels, [f"p{k}" for k in range(12)])
+    assert written[:4] == ["p0", "p1", "p10", "p11"]
+    loaded = load_prediction_file(tmp_path / "twelve.csv")
+    np.testing.assert_allclose(loaded.probs, probs, rtol=1e-12)
+    assert loaded.classes is None  # the numbers are the column indices 0..11
+    assert "put in the order of the class numbers" in loaded.source
+
+    swapped = tmp_path / "swapped.csv"
+    pd.DataFrame({"p_1": probs[:, 1], "p_0": 1 - probs[:, 1], "label": labels % 2}).to_csv(
+        swapped, index=False
+    )
+    loaded = load_prediction_file(swapped)
+    np.testing.assert_allclose(loaded.probs[:, 1], probs[:, 1], rtol=1e-12)
+    assert "2 columns (p_0, p_1) put in the order" in loaded.source
+
+
+def test_class_numbers_that_are_not_column_indices_become_the_classes(tmp_path):
+    path = tmp_path / "from_one.csv"
+    frame = pd.DataFrame({"class_3": [0.7, 0.2], "class_1": [0.3, 0.8], "y": [1, 3]})
+    frame.to_csv(path, index=False)
+    loaded = load_prediction_file(path)
+    np.testing.assert_array_equal(loaded.classes, [1, 3])
+    np.testing.assert_allclose(loaded.probs, [[0.3, 0.7], [0.8, 0.2]])
+
+
+def test_columns_that_name_one_class_twice_are_refused(tmp_path):
+    path = tmp_path / "twice.csv"
+    pd.DataFrame({"p_1": [0.5], "p_01": [0.5], "label": [1]}).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="twice.csv: columns p_1, p_01 both name class 1"):
+        load_prediction_file(path)
+
+
+def test_given_classes_keep_the_file_order(tmp_path):
+    path = tmp_path / "given.csv"
+    pd.DataFrame({"p_1": [0.9, 0.2], "p_0": [0.1, 0.8], "label": [5, 7]}).to_csv(path, index=False)
+    loaded = load_prediction_file(path, labels=["5", "7"])
+    np.testing.assert_allclose(loaded.probs, [[0.9, 0.1], [0.2, 0.8]])
+    np.testing.assert_array_equal(loaded.classes, [5, 7])
+
+
+# ------------------------------------------------------- mistakes get the right advice
+
+
+def test_pandas_index_column_is_named_as_the_cause(tmp_path):
+    path = tmp_path / "indexed.csv"
+    pd.DataFrame({"p_0": [0.9, 0.2, 0.5], "p_1": [0.1, 0.8, 0.5], "label": [0, 1, 1]}).to_csv(
+        path
+    )  # pandas' default: the row index is written as a header-less first column
+    with pytest.raises(ValueError, match="'Unnamed: 0'.*index=False") as caught:
+        load_prediction_file(path)
+    assert "logits" not in str(caught.value)
+
+
+@pytest.mark.parametrize("position", [0, 2, 3])
+def test_an_extra_numeric_column_is_named(tmp_path, position):
+    probs = np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]])
+    frame = pd.DataFrame(probs, columns=["cat", "dog", "eel"])
+    frame.insert(position, "weight", [1.0, 2.0, 0.5])  # row sums 2, 3 and 1.5
+    frame["label"] = [0, 2, 1]
+    frame.to_csv(tmp_path / "extra.csv", index=False)
+    with pytest.raises(ValueError, match="column 'weight' is not a class probability") as caught:
+        load_prediction_file(tmp_path / "extra.csv")
+    assert "logits" not in str(caught.value)
+    assert str(caught.value).startswith("extra.csv: ")
+
+
+def test_a_stray_column_among_numbered_ones_is_named(tmp_path):
+    path = tmp_path / "stray.csv"
+    frame = pd.DataFrame({"p_0": [0.9, 0.2], "p_1": [0.1, 0.8], "note": [0.0, 0.0]})
+    frame.assign(label=[0, 1]).to_csv(path, index=False)
+    # The rows still sum to 1, but which class "note" would be is unknown.
+    with pytest.raises(ValueError, match=r"column note is not named like .*p_0, p_1.*'p_'"):
+        load_prediction_file(path)
+    assert load_prediction_file(path, probs_key="p_").probs.shape == (2, 2)
+
+
+@pytest.mark.parametrize("key", ["probs", "labels"])
+def test_object_arrays_name_the_file_and_key(tmp_path, key):
+    arrays = {"probs": np.array([[0.5, 0.5], [0.2, 0.8]]), "labels": np.array([0, 1])}
+    arrays[key] = arrays[key].astype(object)
+    np.savez(tmp_path / "objects.npz", **arrays)
+    with pytest.raises(ValueError, match=f"objects.npz: key '{key}' holds Python objects") as e:
+        load_prediction_file(tmp_path / "objects.npz")
+    assert "dtype=str" in str(e.value) and "pickle" not in str(e.value)
+
+    np.save(tmp_path / "probs.npy", arrays["probs"])
+    np.save(tmp_path / "labels.npy", arrays["labels"])
+    with pytest.raises(ValueError, match=r"(probs|labels).npy: the (array|labels) holds Python"):
+        load_prediction_file(tmp_path / "probs.npy", labels_path=tmp_path / "labels.npy")
+
+
+def test_npy_that_is_not_an_array_file(tmp_path):
+    (tmp_path / "garbage.npy").write_text("not an array")
+    np.save(tmp_path / "labels.npy", np.array([0, 1]))
+    with pytest.raises(ValueError, match="garbage.npy is not a valid .npy file") as caught:
+        load_prediction_file(tmp_path / "garbage.npy", labels_path=tmp_path / "labels.npy")
+    assert "pickle" not in str(caught.value)
+
+
+def test_a_wrong_number_of_class_names_is_named(tmp_path):
+    np.savez(tmp_path / "four.npz", probs=np.full((3, 4), 0.25), labels=np.array([0, 3, 2]))
+    with pytest.raises(ValueError, match="2 class names given .* for 4 prediction columns"):
+        load_prediction_file(tmp_path / "four.npz", labels=["a", "b"])
