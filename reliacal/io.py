@@ -86,7 +86,13 @@ def load_prediction_file(
       whose name starts with ``probs_key``, when given). A single
       probability column is the positive-class probability of a binary
       problem. Non-numeric labels (``"cat"``) name their column: the
-      column name without the ``probs_key`` prefix (``p_cat``).
+      column name without the ``probs_key`` prefix (``p_cat``). Numeric
+      labels are matched to the class numbers in the column names when
+      every name is a shared prefix and a number (``p_1, p_0`` or
+      ``p0, p1, p10, p2, ...`` are put in class order; numbers other than
+      ``0..K-1`` become ``Predictions.classes``); other names keep the
+      file's order. A column outside such a numbered set, pandas' index
+      column (``Unnamed: 0``) and two names for one class are refused.
 
     Values are logits only when the caller says so: the key is named
     ``logits`` or ``logits=True``; then the softmax gives the probabilities.
