@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+# Prediction-file reading moved to reliacal.io; these names stay importable from here for
+# code written before the move.
+from reliacal.io import Predictions, load_prediction_file  # noqa: F401
+
 if TYPE_CHECKING:  # imported lazily at run time: torch and timm are slow to import
     import torch
     from timm.models.vision_transformer import VisionTransformer

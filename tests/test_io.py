@@ -317,3 +317,11 @@ def test_a_wrong_number_of_class_names_is_named(tmp_path):
     np.savez(tmp_path / "four.npz", probs=np.full((3, 4), 0.25), labels=np.array([0, 3, 2]))
     with pytest.raises(ValueError, match="2 class names given .* for 4 prediction columns"):
         load_prediction_file(tmp_path / "four.npz", labels=["a", "b"])
+
+
+def test_the_loader_is_still_importable_from_its_old_module():
+    import reliacal.datasets
+    import reliacal.io
+
+    assert reliacal.datasets.load_prediction_file is reliacal.io.load_prediction_file
+    assert reliacal.datasets.Predictions is reliacal.io.Predictions
