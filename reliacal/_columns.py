@@ -1,7 +1,8 @@
 """Which class each probability column of a table holds, read from the column names.
 
 A table written by another tool names its columns ``p_0, p_1, ...``,
-``class3``, or plain ``0, 1, ...``: a shared prefix and a class number. The
+``class3_prob``, or plain ``0, 1, ...``: a class number between a prefix and
+a suffix that all the columns share. The
 columns may come in any order (``p_1, p_0``, or the lexicographic
 ``p0, p1, p10, p11, p2, ...`` of a sorted dictionary), so their position
 says nothing: the number does. Names that mix such columns with others
@@ -18,8 +19,9 @@ import numpy as np
 
 __all__ = ["ColumnNumbering", "number_columns", "odd_column", "pandas_index_columns"]
 
-# The prefix is lazy, so "p10" is prefix "p" and number 10, not prefix "p1" and number 0.
-_PREFIX_AND_NUMBER = re.compile(r"^(.*?)(\d+)$")
+# The last number in the name, with what comes before and after it; the prefix is lazy,
+# so "p10" is prefix "p" and number 10, not prefix "p1" and number 0.
+_NUMBER_IN_NAME = re.compile(r"^(.*?)(\d+)(\D*)$")
 # pandas names a column without a header "Unnamed: <position>" when it reads a CSV.
 _PANDAS_INDEX = re.compile(r"^Unnamed: \d+$")
 
@@ -30,8 +32,9 @@ class ColumnNumbering:
 
     Attributes
     ----------
-    prefix : str
-        The prefix shared by the numbered columns (may be empty).
+    prefix, suffix : str
+        What the numbered columns share before and after the number (may be
+        empty).
     order : list of int
         Positions of the numbered columns, sorted by their class number.
     numbers : list of int
@@ -44,19 +47,21 @@ class ColumnNumbering:
     Examples
     --------
     >>> number_columns(["p_1", "p_0", "p_2"])
-    ColumnNumbering(prefix='p_', order=[1, 0, 2], numbers=[0, 1, 2], strays=[])
+    ColumnNumbering(prefix='p_', suffix='', order=[1, 0, 2], numbers=[0, 1, 2], strays=[])
     """
 
     prefix: str
+    suffix: str
     order: list[int]
     numbers: list[int]
     strays: list[int]
 
 
 def number_columns(names: list[str]) -> ColumnNumbering | None:
-    """Read class numbers from column names of the form ``<prefix><number>``.
+    """Read class numbers from column names of the form ``<prefix><number><suffix>``.
 
-    The largest group of names that share a prefix and end in a number gives
+    The largest group of names that share a prefix and a suffix (without
+    digits) around a number gives
     the numbering; it must hold every column, or at least two, to count (a
     lone ``x1`` among ``cat`` and ``dog`` carries no class order).
 
@@ -84,16 +89,19 @@ def number_columns(names: list[str]) -> ColumnNumbering | None:
     True
     >>> number_columns(["p_0", "p_1", "comment"]).strays
     [2]
+    >>> number_columns(["class2_prob", "class1_prob"]).order
+    [1, 0]
     """
-    groups: dict[str, list[tuple[int, int]]] = {}
+    groups: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for position, name in enumerate(names):
-        match = _PREFIX_AND_NUMBER.match(name)
+        match = _NUMBER_IN_NAME.match(name)
         if match:
-            groups.setdefault(match.group(1), []).append((int(match.group(2)), position))
+            key = (match.group(1), match.group(3))
+            groups.setdefault(key, []).append((int(match.group(2)), position))
     if not groups:
         return None
-    # Ties go to the first prefix seen: max keeps the first of equal keys.
-    prefix, members = max(groups.items(), key=lambda item: len(item[1]))
+    # Ties go to the first group seen: max keeps the first of equal keys.
+    (prefix, suffix), members = max(groups.items(), key=lambda item: len(item[1]))
     if len(members) < min(2, len(names)):
         return None
     numbers = [number for number, _ in members]
@@ -107,6 +115,7 @@ def number_columns(names: list[str]) -> ColumnNumbering | None:
     numbered = {position for _, position in members}
     return ColumnNumbering(
         prefix=prefix,
+        suffix=suffix,
         order=[position for _, position in members],
         numbers=[number for number, _ in members],
         strays=[position for position in range(len(names)) if position not in numbered],

@@ -88,7 +88,7 @@ def load_prediction_file(
       problem. Non-numeric labels (``"cat"``) name their column: the
       column name without the ``probs_key`` prefix (``p_cat``). Numeric
       labels are matched to the class numbers in the column names when
-      every name is a shared prefix and a number (``p_1, p_0`` or
+      every name is a number between a shared prefix and suffix (``p_1, p_0`` or
       ``p0, p1, p10, p2, ...`` are put in class order; numbers other than
       ``0..K-1`` become ``Predictions.classes``); other names keep the
       file's order. A column outside such a numbered set, pandas' index
@@ -372,20 +372,25 @@ def _numbered_order(path: Path, table: _Table) -> tuple[list[int], np.ndarray | 
     if numbering.strays:
         strays = [table.columns[position] for position in numbering.strays]
         numbered = [table.columns[position] for position in numbering.order]
-        shown = ", ".join(numbered[:2]) + (", ..., " if len(numbered) > 3 else ", ")
-        shown += numbered[-1]
+        shown = numbered if len(numbered) <= 3 else [*numbered[:2], "...", numbered[-1]]
+        # The names were read without the --probs-key prefix; the hint needs the whole one.
+        given_prefix = table.columns[0][: len(table.columns[0]) - len(table.names[0])]
+        prefix = given_prefix + numbering.prefix
+        pattern = f"{prefix}<class>{numbering.suffix}"
         row_sums = table.values.sum(axis=1)
         worst = int(np.argmax(np.abs(row_sums - 1)))
         effect = (
-            f"with them the rows do not sum to 1 (row {worst} sums to {row_sums[worst]:.6g})"
+            f"with {'them' if len(strays) > 1 else 'it'} the rows do not sum to 1 "
+            f"(row {worst} sums to {row_sums[worst]:.6g})"
             if abs(row_sums[worst] - 1) > 1e-4
             else "so the class of each column is unknown"
         )
         raise ValueError(
-            f"{path.name}: column{'s' if len(strays) > 1 else ''} {', '.join(strays)} "
+            f"{path.name}: column{'s' if len(strays) > 1 else ''} "
+            f"{', '.join(repr(name) for name in strays)} "
             f"{'are' if len(strays) > 1 else 'is'} not named like the class columns "
-            f"{shown} (a prefix {numbering.prefix!r} and a class number): {effect}; select "
-            "the class columns with --probs-key PREFIX, or drop the others"
+            f"{', '.join(shown)} ({pattern}): {effect}; select the class columns with "
+            f"--probs-key {prefix or 'PREFIX'}, or drop the others"
         )
     numbers = numbering.numbers
     # Numbers 0..K-1 are column indices, as integer labels are without names.

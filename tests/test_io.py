@@ -230,9 +230,12 @@ def test_table_columns_are_put_in_the_order_of_their_class_numbers(tmp_path):
     assert "2 columns (p_0, p_1) put in the order" in loaded.source
 
 
-def test_class_numbers_that_are_not_column_indices_become_the_classes(tmp_path):
+@pytest.mark.parametrize("pattern", ["class_{}", "c{}_prob"])
+def test_class_numbers_that_are_not_column_indices_become_the_classes(tmp_path, pattern):
     path = tmp_path / "from_one.csv"
-    frame = pd.DataFrame({"class_3": [0.7, 0.2], "class_1": [0.3, 0.8], "y": [1, 3]})
+    frame = pd.DataFrame(
+        {pattern.format(3): [0.7, 0.2], pattern.format(1): [0.3, 0.8], "y": [1, 3]}
+    )
     frame.to_csv(path, index=False)
     loaded = load_prediction_file(path)
     np.testing.assert_array_equal(loaded.classes, [1, 3])
@@ -285,8 +288,10 @@ def test_a_stray_column_among_numbered_ones_is_named(tmp_path):
     frame = pd.DataFrame({"p_0": [0.9, 0.2], "p_1": [0.1, 0.8], "note": [0.0, 0.0]})
     frame.assign(label=[0, 1]).to_csv(path, index=False)
     # The rows still sum to 1, but which class "note" would be is unknown.
-    with pytest.raises(ValueError, match=r"column note is not named like .*p_0, p_1.*'p_'"):
+    message = r"column 'note' is not named like the class columns p_0, p_1 \(p_<class>\): so"
+    with pytest.raises(ValueError, match=message) as caught:
         load_prediction_file(path)
+    assert "--probs-key p_," in str(caught.value)
     assert load_prediction_file(path, probs_key="p_").probs.shape == (2, 2)
 
 
