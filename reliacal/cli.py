@@ -7,6 +7,12 @@ calibrator on one file and reports before/after on the other;
 mistake (missing file, unknown key, shapes that disagree, values that are not
 probabilities) ends with one line on stderr and exit status 1, never a
 traceback.
+
+Output files (``--out``, ``--plot``, ``--save-model``) are checked before any
+work: the extension says the format (``--out`` writes ``.npz``, ``.csv`` or
+``.parquet``; ``--plot`` any image format matplotlib writes), an input file is
+never overwritten, two outputs never share a path, and an existing file is
+replaced only with ``--force``. The path reported is the path written.
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(error) or type(error).__name__
         _say(f"error: {message}")
         return 1
+    except MemoryError:
+        _say("error: out of memory; use a smaller --n-bins, or split the file")
+        return 1
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -143,7 +152,10 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_reading_options(calibrate)
     _add_report_options(calibrate)
     calibrate.add_argument(
-        "--out", metavar="FILE", help="write the calibrated probabilities and labels (.npz)"
+        "--out",
+        metavar="FILE",
+        help="write the calibrated probabilities and labels (.npz, .csv or .parquet, by the "
+        "extension)",
     )
     calibrate.add_argument(
         "--save-model",
@@ -201,16 +213,27 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         help="bins of the diagram (the table reports both: ece and adaptive_ece)",
     )
     parser.add_argument("--format", choices=_FORMATS, default="table", help="report format")
-    parser.add_argument("--plot", metavar="PNG", help="write a reliability diagram")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="write a reliability diagram (format by the extension)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace output files that exist already"
+    )
 
 
 def _positive_int(text: str) -> int:
     from reliacal._validation import check_n_bins
 
     try:
-        return check_n_bins(int(text))
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    try:
+        return check_n_bins(value)
+    except ValueError as error:  # e.g. more bins than the metrics accept
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _non_negative_float(text: str) -> float:
@@ -239,7 +262,7 @@ def _say(message: str) -> None:
 
 
 def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
-    from reliacal.datasets import load_prediction_file
+    from reliacal.io import load_prediction_file
 
     predictions = load_prediction_file(
         path,
@@ -254,15 +277,30 @@ def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
 
 
 def _evaluate(arguments: argparse.Namespace) -> int:
-    _check_outputs(arguments)
+    from reliacal._chunked_report import metric_states, report_from_states
+
+    outputs = _check_outputs(arguments, [arguments.predictions, arguments.labels])
     predictions = _load(arguments.predictions, arguments.labels, arguments)
     name = arguments.name or Path(arguments.predictions).stem
-    _report(arguments, predictions.labels, {name: predictions.probs}, labels=predictions.classes)
+    models = {name: predictions.probs}
+    states = metric_states(
+        predictions.labels, models, n_bins=arguments.n_bins, labels=predictions.classes
+    )
+    plot = None
+    if "--plot" in outputs:
+        plot = (outputs["--plot"], predictions.labels, models, predictions.classes)
+    # The states hold all the metrics need: free the matrix before the quantile and smoothed
+    # metrics sort and smooth the confidences, so that the peak stays near the input's size.
+    del predictions, models
+    _print_report(arguments, report_from_states(states))
+    if plot is not None:
+        _plot(arguments, *plot)
     return 0
 
 
 def _calibrate(arguments: argparse.Namespace) -> int:
-    _check_outputs(arguments)
+    inputs = [arguments.calibration, arguments.evaluation]
+    outputs = _check_outputs(arguments, inputs + [arguments.cal_labels, arguments.eval_labels])
     calibration = _load(arguments.calibration, arguments.cal_labels, arguments)
     evaluation = _load(arguments.evaluation, arguments.eval_labels, arguments)
     if calibration.probs.ndim != 2 or evaluation.probs.ndim != 2:
@@ -277,6 +315,11 @@ def _calibrate(arguments: argparse.Namespace) -> int:
     classes = _shared_classes(calibration, evaluation, n_classes)
     use_logits = calibration.logits is not None and evaluation.logits is not None
     estimator = _make_calibrator(arguments, classes, use_logits)
+    if hasattr(estimator, "error_score"):
+        # A search would record a failed fit (a calibrator's own check, e.g. too many classes
+        # for matrix scaling) as a warning per fold and then fail with all of them; the first
+        # error is the one to show.
+        estimator.set_params(error_score="raise")
     cal_input = calibration.logits if use_logits else calibration.probs
     eval_input = evaluation.logits if use_logits else evaluation.probs
     estimator.fit(cal_input, calibration.labels)
@@ -289,22 +332,24 @@ def _calibrate(arguments: argparse.Namespace) -> int:
     method_name = type(estimator).__name__
     if hasattr(estimator, "temperature_"):
         _say(f"{method_name}: temperature_ = {float(estimator.temperature_):.4f}")
-    _report(
-        arguments,
-        evaluation.labels,
-        {"uncalibrated": evaluation.probs, method_name: calibrated},
-        labels=classes,
-    )
-    if arguments.out:
-        out = _output_path(arguments.out)
-        np.savez_compressed(out, probs=calibrated, labels=evaluation.labels)
-        _say(f"wrote {out}")
-    if arguments.save_model:
+    models = {"uncalibrated": evaluation.probs, method_name: calibrated}
+    _report(arguments, evaluation.labels, models, labels=classes)
+    if "--plot" in outputs:
+        _plot(arguments, outputs["--plot"], evaluation.labels, models, classes)
+    if "--out" in outputs:
+        from reliacal._cli_outputs import write_predictions
+
+        written = write_predictions(outputs["--out"], calibrated, evaluation.labels, classes)
+        _say(f"wrote {written}")
+    if "--save-model" in outputs:
         import joblib
 
-        model_path = _output_path(arguments.save_model)
-        joblib.dump(estimator, model_path)
-        _say(f"wrote {model_path}")
+        from reliacal._cli_outputs import write_atomically
+
+        written = write_atomically(
+            outputs["--save-model"], lambda temporary: joblib.dump(estimator, temporary)
+        )
+        _say(f"wrote {written}")
     return 0
 
 
@@ -368,20 +413,22 @@ def _report(
     predictions: dict[str, np.ndarray],
     labels: Any = None,
 ) -> None:
-    from reliacal.metrics import calibration_report
+    from reliacal._chunked_report import metric_states, report_from_states
 
-    report = calibration_report(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
+    states = metric_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
+    _print_report(arguments, report_from_states(states))
+
+
+def _print_report(arguments: argparse.Namespace, report) -> None:
     if arguments.format == "table":
         print(report.to_string())
     elif arguments.format == "csv":
         print(report.to_csv(), end="")
     else:
         print(report.to_json(orient="index", indent=2))
-    if arguments.plot:
-        _plot(arguments, y_true, predictions, labels)
 
 
-def _plot(arguments, y_true, predictions, labels) -> None:
+def _plot(arguments, out: Path, y_true, predictions, labels) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -393,30 +440,24 @@ def _plot(arguments, y_true, predictions, labels) -> None:
         y_true, predictions, n_bins=arguments.n_bins, strategy=arguments.strategy, labels=labels
     )
     figure = next(iter(displays.values())).figure_
-    out = _output_path(arguments.plot)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
-    _say(f"wrote {out}")
+    from reliacal._cli_outputs import write_atomically
+
+    try:
+        written = write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120))
+    finally:
+        plt.close(figure)
+    _say(f"wrote {written}")
 
 
-def _check_outputs(arguments: argparse.Namespace) -> None:
-    """Refuse unwritable output paths before any work is done."""
-    for option in ("plot", "out", "save_model"):
-        text = getattr(arguments, option, None)
-        if text:
-            out = Path(text)
-            for folder in reversed(out.parents):
-                if folder.exists() and not folder.is_dir():
-                    raise UserError(f"cannot write {out}: {folder} is a file, not a folder")
-            if out.is_dir():
-                raise UserError(f"cannot write {out}: it is a folder; give a file name")
+def _check_outputs(arguments: argparse.Namespace, inputs: list[str | None]) -> dict[str, Path]:
+    """Refuse output paths that would fail or clobber a file, before any work is done."""
+    from reliacal._cli_outputs import check_outputs
 
-
-def _output_path(text: str) -> Path:
-    """``text`` as a path whose folder exists (created if needed)."""
-    out = Path(text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
+    outputs = {
+        f"--{option.replace('_', '-')}": getattr(arguments, option, None)
+        for option in ("out", "plot", "save_model")
+    }
+    return check_outputs(outputs, inputs, force=arguments.force)
 
 
 def _demo(arguments: argparse.Namespace) -> int:

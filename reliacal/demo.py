@@ -18,9 +18,6 @@ carries extra figures.
 
 from __future__ import annotations
 
-import base64
-import html
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from reliacal._demo_report import ReportWriter, slug
 from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
 from reliacal.calibrators.scaling import tuned_scaling
 from reliacal.metrics import calibration_report, softmax
@@ -471,7 +469,7 @@ def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
     report = report[list(REPORT_COLUMNS)].assign(seconds=list(seconds.values()))
     report["details"] = [output.details for output in outputs.values()]
 
-    writer = _ReportWriter(output_dir)
+    writer = ReportWriter(output_dir)
     writer.figures(splits, probabilities, outputs, slugs, training_result)
     writer.arrays(splits, probabilities, slugs, calibration_logits, test_logits)
     setup = _setup_lines(splits, config, training_seconds, quick, random_state)
@@ -493,10 +491,10 @@ def _progress(verbose: bool) -> Callable[[str], None]:
 def _method_slugs(methods: Sequence[DemoMethod]) -> dict[str, str]:
     slugs = {}
     for method in methods:
-        slug = _slug(method.name)
-        if method.name in slugs or slug in slugs.values():
+        name_slug = slug(method.name)
+        if method.name in slugs or name_slug in slugs.values():
             raise ValueError(f"demo method names must be distinct, got {method.name!r} twice")
-        slugs[method.name] = slug
+        slugs[method.name] = name_slug
     return slugs
 
 
@@ -515,174 +513,3 @@ def _setup_lines(splits, config, training_seconds, quick, random_state):
     if quick:
         lines.append("**Quick mode**: a smoke test with very few epochs, not a result.")
     return lines
-
-
-class _ReportWriter:
-    """Writes the demo's files and remembers them (for the report and the result)."""
-
-    def __init__(self, output_dir: Path):
-        self.output_dir = output_dir
-        self.files: list[Path] = []
-        self.sections: list[tuple[str, list[tuple[str, Path]]]] = []
-
-    def _save_figure(self, figure, name: str) -> Path:
-        import matplotlib.pyplot as plt
-
-        path = self.output_dir / name
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        self.files.append(path)
-        return path
-
-    def figures(self, splits, probabilities, outputs, slugs, training_result) -> None:
-        import matplotlib.pyplot as plt
-
-        from reliacal.plot import plot_reliability_diagrams
-
-        labels = np.arange(10)
-        displays = plot_reliability_diagrams(
-            splits.y_test, probabilities, labels=labels, interval="wilson"
-        )
-        figure = next(iter(displays.values())).figure_
-        diagrams = self._save_figure(figure, "reliability_diagrams.png")
-        self.sections.append(
-            (
-                "Reliability diagrams (test split)",
-                [
-                    (
-                        "One panel per method: accuracy per confidence bin with its 95% "
-                        "Wilson interval, gap to the diagonal in red, samples per bin below.",
-                        diagrams,
-                    ),
-                ],
-            )
-        )
-        for name, output in outputs.items():
-            extra = [
-                (title, self._save_figure(figure, f"{slugs[name]}_{_slug(title)}.png"))
-                for title, figure in output.figures.items()
-            ]
-            if extra:
-                self.sections.append((name, extra))
-
-        figure, ax = plt.subplots(figsize=(6.0, 3.5), layout="constrained")
-        epochs = [row["epoch"] for row in training_result.history]
-        ax.plot(epochs, [row["train_loss"] for row in training_result.history], label="train loss")
-        if "val_loss" in training_result.history[0]:
-            ax.plot(
-                epochs,
-                [row["val_loss"] for row in training_result.history],
-                label="validation loss",
-            )
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("cross-entropy")
-        ax.legend()
-        curve = self._save_figure(figure, "training.png")
-        self.sections.append(("Training of the classifier", [("Loss per epoch.", curve)]))
-
-    def arrays(self, splits, probabilities, slugs, calibration_logits, test_logits) -> None:
-        arrays = {f"probs_{slugs[name]}": probs for name, probs in probabilities.items()}
-        files = {
-            "predictions.npz": {"labels": splits.y_test, **arrays},
-            "calibration_logits.npz": {
-                "logits": calibration_logits,
-                "labels": splits.y_calibration,
-            },
-            "test_logits.npz": {"logits": test_logits, "labels": splits.y_test},
-        }
-        for name, content in files.items():
-            path = self.output_dir / name
-            np.savez_compressed(path, **content)
-            self.files.append(path)
-
-    def reports(self, report, setup: list[str], last_key: str) -> tuple[Path, Path]:
-        table = report.copy()
-        table.index.name = "method"
-        commands = [
-            f"reliacal evaluate predictions.npz --probs-key {last_key} --plot diagram.png",
-            "reliacal calibrate calibration_logits.npz test_logits.npz --method temperature",
-        ]
-        markdown = ["# reliacal demo: calibrating a tiny ViT on the digits", ""]
-        markdown += [f"- {line}" for line in setup] + ["", "## Metrics (test split)", ""]
-        markdown += [_markdown_table(table), "", _COLUMN_NOTE, ""]
-        for title, figures in self.sections:
-            markdown += [f"## {title}", ""]
-            for caption, path in figures:
-                markdown += [f"{caption}", "", f"![{caption}]({path.name})", ""]
-        markdown += ["## Files", ""]
-        markdown += [f"- `{path.name}`" for path in self.files]
-        markdown += [
-            "",
-            "From a shell, inside this folder: evaluate a method's predictions again, or refit "
-            "temperature scaling from the logits:",
-            "",
-            "```",
-        ]
-        markdown += commands + ["```", ""]
-        report_path = self.output_dir / "report.md"
-        report_path.write_text("\n".join(markdown), encoding="utf-8")
-
-        body = ["<h1>reliacal demo: calibrating a tiny ViT on the digits</h1>", "<ul>"]
-        body += [f"<li>{_inline_html(line)}</li>" for line in setup]
-        body += ["</ul>", "<h2>Metrics (test split)</h2>"]
-        body += [table.to_html(float_format=lambda value: f"{value:.4f}", border=0)]
-        body += [f"<p>{html.escape(_COLUMN_NOTE)}</p>"]
-        for title, figures in self.sections:
-            body.append(f"<h2>{html.escape(title)}</h2>")
-            for caption, path in figures:
-                encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-                body.append(
-                    f"<figure><img src='data:image/png;base64,{encoded}' "
-                    f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-                    "</figcaption></figure>"
-                )
-        body += ["<h2>Reproduce from a shell</h2>", "<pre>"]
-        body += [html.escape(command) for command in commands] + ["</pre>"]
-        html_path = self.output_dir / "report.html"
-        html_path.write_text(_HTML_PAGE.format(body="\n".join(body)), encoding="utf-8")
-        self.files += [report_path, html_path]
-        return report_path, html_path
-
-
-_COLUMN_NOTE = (
-    "ece: top-label ECE with 15 equal-width bins; adaptive_ece: 15 equal-mass bins; "
-    "classwise_ece: mean over classes; smooth_ece: kernel-smoothed ECE; nll: negative "
-    "log-likelihood; brier: multiclass Brier score (range 0..2); overconfidence: mean "
-    "confidence minus accuracy; seconds: time to fit and predict."
-)
-
-_HTML_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>reliacal demo</title>
-<style>
-body {{ font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; }}
-table {{ border-collapse: collapse; }}
-th, td {{ padding: 0.3em 0.8em; text-align: right; border-bottom: 1px solid #ddd; }}
-img {{ max-width: 100%; }}
-figcaption {{ color: #555; font-size: 0.9em; }}
-</style></head>
-<body>
-{body}
-</body></html>
-"""
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unnamed"
-
-
-def _inline_html(text: str) -> str:
-    escaped = html.escape(text)
-    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
-
-
-def _markdown_table(frame) -> str:
-    def cell(value: Any) -> str:
-        if isinstance(value, float | np.floating):
-            return f"{value:.4f}"
-        return str(value).replace("|", "\\|")
-
-    header = [frame.index.name or ""] + [str(column) for column in frame.columns]
-    rows = [[str(index)] + [cell(value) for value in row] for index, row in frame.iterrows()]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)

@@ -416,3 +416,213 @@ def test_calibrate_without_regularisation_chooses_it_by_cross_validation(capsys,
     table = pd.read_csv(io.StringIO(out), index_col="model")
     assert list(table.index) == ["uncalibrated", name]
     assert table.loc[name, "nll"] < table.loc["uncalibrated", "nll"]
+
+
+# ------------------------------------------------ tables: columns named by class (issue 16)
+
+
+def evaluate_csv(capsys, *args):
+    status, out, err = run(capsys, "evaluate", *args, "--format", "csv")
+    assert status == 0, err
+    return pd.read_csv(io.StringIO(out), index_col="model").iloc[0]
+
+
+def test_evaluate_reads_the_class_of_each_column_from_its_name(capsys, tmp_path):
+    # Binary, hand-computed: p(class 1) = 0.8 on every row, 7 of 10 labels are 1, so the
+    # confidence is 0.8, the accuracy 0.7 and the ECE (one bin) 0.1. Columns in the order
+    # p_1, p_0: read by position, class 0 would get 0.8 and the ECE would be 0.5.
+    path = tmp_path / "swapped.csv"
+    labels = [1] * 7 + [0] * 3
+    pd.DataFrame({"p_1": [0.8] * 10, "p_0": [0.2] * 10, "label": labels}).to_csv(path, index=False)
+    row = evaluate_csv(capsys, path)
+    assert row["accuracy"] == pytest.approx(0.7, abs=1e-12)
+    assert row["ece"] == pytest.approx(0.1, abs=1e-12)
+
+    # Twelve classes in the string order p0, p1, p10, p11, p2, ..., p9. Each row puts 0.89
+    # on its class and 0.01 on the eleven others; 8 of the 10 rows per class are right:
+    # confidence 0.89, accuracy 0.8, ECE 0.09.
+    k = 12
+    predicted = np.repeat(np.arange(k), 10)
+    probs = np.full((len(predicted), k), 0.01)
+    probs[np.arange(len(predicted)), predicted] = 0.89
+    labels = np.where(np.tile(np.arange(10), k) < 8, predicted, (predicted + 1) % k)
+    frame = pd.DataFrame(probs, columns=[f"p{c}" for c in range(k)])
+    path = tmp_path / "twelve.csv"
+    frame[sorted(frame.columns)].assign(label=labels).to_csv(path, index=False)
+    row = evaluate_csv(capsys, path)
+    assert row["accuracy"] == pytest.approx(0.8, abs=1e-12)
+    assert row["ece"] == pytest.approx(0.09, abs=1e-12)
+
+
+def test_wrong_number_of_class_names_is_named(capsys, tmp_path):
+    np.savez(tmp_path / "four.npz", probs=np.full((4, 4), 0.25), labels=np.arange(4))
+    status, out, err = run(capsys, "evaluate", tmp_path / "four.npz", "--classes", "a,b")
+    assert_one_line_error(status, out, err, "four.npz", "2 class names", "4 prediction columns")
+
+
+# ------------------------------------------------------------- output files (issue 16)
+
+
+@pytest.fixture
+def halves(tmp_path):
+    probs, labels = load_record("lenet-5-cifar-10")
+    np.savez(tmp_path / "cal.npz", probs=probs[:1000], labels=labels[:1000])
+    np.savez(tmp_path / "eval.npz", probs=probs[1000:2000], labels=labels[1000:2000])
+    return tmp_path
+
+
+def test_outputs_never_overwrite_an_input(capsys, halves):
+    before = (halves / "eval.npz").read_bytes()
+    for option in ("--out", "--plot", "--save-model"):
+        target = halves / "eval.npz"
+        if option == "--plot":  # an image extension, so that the input is the only problem
+            target = halves / "cal_link.png"
+            target.symlink_to(halves / "cal.npz")
+        status, out, err = run(
+            capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", option, target, "--force"
+        )
+        assert_one_line_error(status, out, err, option, "is an input of this command")
+    assert (halves / "eval.npz").read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot", "--save-model"])
+def test_an_existing_output_needs_force(capsys, halves, option):
+    target = halves / {"--out": "out.npz", "--plot": "plot.png", "--save-model": "m.joblib"}[option]
+    target.write_bytes(b"keep me")
+    arguments = ["calibrate", halves / "cal.npz", halves / "eval.npz", option, target]
+    status, out, err = run(capsys, *arguments)
+    assert_one_line_error(status, out, err, f"{option} {target} exists", "--force")
+    assert target.read_bytes() == b"keep me"
+    status, out, err = run(capsys, *arguments, "--force")
+    assert status == 0, err
+    assert err[-1] == f"reliacal: wrote {target}"
+    assert target.read_bytes() != b"keep me"
+    assert [path.name for path in halves.iterdir() if ".partial-" in path.name] == []
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
+def test_out_writes_the_format_its_extension_names(capsys, halves, suffix):
+    target = halves / f"calibrated{suffix}"
+    inputs = [halves / "cal.npz", halves / "eval.npz"]
+    status, out, err = run(capsys, "calibrate", *inputs, "--out", target, "--format", "csv")
+    assert status == 0, err
+    assert err[-1] == f"reliacal: wrote {target}"
+    assert sorted(path.name for path in halves.iterdir()) == sorted(
+        ["cal.npz", "eval.npz", target.name]
+    )
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    if suffix == ".csv":
+        frame = pd.read_csv(target)
+        assert list(frame.columns) == [str(k) for k in range(10)] + ["label"]
+    elif suffix == ".parquet":
+        frame = pd.read_parquet(target)
+    else:
+        with np.load(target) as saved:
+            frame = pd.DataFrame(saved["probs"]).assign(label=saved["labels"])
+    # The written file is the calibrated predictions: evaluated again, the same ECE.
+    ece = calibration_report(frame["label"], {"x": frame.iloc[:, :10].to_numpy()})["ece"]
+    assert ece.iloc[0] == pytest.approx(table.loc["TemperatureScaling", "ece"], rel=1e-6)
+    assert evaluate_csv(capsys, target)["ece"] == pytest.approx(ece.iloc[0], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragments"),
+    [
+        (["--out", "calibrated.txt"], ["--out", ".npz, .csv, .parquet", "'.txt'"]),
+        (["--out", "calibrated"], ["--out", "'none'"]),
+        (["--plot", "diagram.txt"], ["--plot", ".png", "'.txt'"]),
+        (["--out", "same.npz", "--save-model", "same.npz"], ["--out and --save-model", "same"]),
+    ],
+)
+def test_bad_outputs_are_refused_before_any_work(capsys, halves, arguments, fragments):
+    # File names go into the test's folder; options stay as they are.
+    arguments = [text if text.startswith("--") else halves / text for text in arguments]
+    status, out, err = run(capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", *arguments)
+    # Nothing was read: no progress line, no report on stdout.
+    assert_one_line_error(status, out, err, *fragments)
+    assert len(err) == 1
+    assert sorted(path.name for path in halves.iterdir()) == ["cal.npz", "eval.npz"]
+    status, out, err = run(capsys, "evaluate", halves / "eval.npz", "--plot", halves / "x.txt")
+    assert_one_line_error(status, out, err, "--plot", "'.txt'")
+    assert len(err) == 1
+
+
+# ------------------------------------------------------ library errors become one line
+
+
+def test_a_bound_on_n_bins_is_a_usage_error(capsys, monkeypatch):
+    import reliacal._validation
+
+    original = reliacal._validation.check_n_bins
+
+    def bounded(n_bins):  # the bound the metrics may set, as a ValueError
+        if n_bins > 10_000:
+            raise ValueError(f"n_bins must be at most 10000, got {n_bins}")
+        return original(n_bins)
+
+    monkeypatch.setattr(reliacal._validation, "check_n_bins", bounded)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "a.npz", "--n-bins", "1000000000"])
+    assert exit_info.value.code == 2
+    assert "--n-bins: n_bins must be at most 10000, got 1000000000" in capsys.readouterr().err
+
+
+def test_a_calibrator_refusal_inside_the_search_is_one_line(capsys, halves, monkeypatch):
+    from reliacal.calibrators import MatrixScaling
+
+    def refuse(self, X, y, **kwargs):  # the guard a calibrator raises on too many classes
+        raise ValueError("MatrixScaling: too many parameters; use vector scaling")
+
+    monkeypatch.setattr(MatrixScaling, "fit", refuse)
+    status, out, err = run(
+        capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", "--method", "matrix"
+    )
+    assert_one_line_error(status, out, err)
+    assert err[-1] == "reliacal: error: MatrixScaling: too many parameters; use vector scaling"
+    assert not [line for line in err if "warning" in line], err
+
+
+@pytest.mark.slow
+def test_evaluate_adds_at_most_the_file_size_in_memory(tmp_path):
+    """Peak resident memory of ``evaluate`` beyond its imports: at most twice the file."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("reads the peak resident set size from /proc")
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    path = tmp_path / "large.npz"
+    np.savez(
+        path,
+        probs=rng.dirichlet(np.ones(10), size=n).astype(np.float32),
+        labels=rng.integers(0, 10, size=n),
+    )
+    # VmHWM is the peak of this process image only (ru_maxrss would carry pytest's peak
+    # across the exec).
+    script = (
+        "import contextlib, io, sys\n"
+        "import pandas, scipy.special, reliacal.cli, reliacal.io, reliacal.metrics\n"
+        "def peak():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM:'):\n"
+        "            return int(line.split()[1]) * 1024\n"
+        "before = peak()\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    status = reliacal.cli.main(['evaluate', sys.argv[1]])\n"
+        "print(status, peak() - before)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True
+    )
+    status, added = map(int, result.stdout.split())
+    assert status == 0
+    assert added <= 2 * path.stat().st_size, (added, path.stat().st_size)
+
+
+def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
+    import reliacal.io
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(reliacal.io, "load_prediction_file", exhausted)
+    status, out, err = run(capsys, "evaluate", DATA / "lenet-5-cifar-10.npz")
+    assert_one_line_error(status, out, err, "out of memory")
