@@ -245,7 +245,9 @@ def fit_module(
     ------
     TrainingDivergedError
         On a NaN or infinite loss (or gradient), naming the epoch, the step and
-        the loss; ``module`` keeps its weights from before that step.
+        the loss; ``module`` holds the last weights known to be good (those
+        from before that step, or from before the previous one when the
+        previous update is what broke them) and is the error's ``module``.
     ValueError
         On invalid inputs or a checkpoint written by a different configuration.
 
