@@ -23,8 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods
 
+from reliacal._training.constraints import TRAINING_CONSTRAINTS as _TRAINER_CONSTRAINTS
 from reliacal._training.randomness import SplitStream, broadcast_seed, split_indices
 from reliacal.training import TrainingConfig, TrainingDivergedError
 
@@ -37,25 +38,11 @@ __all__ = [
     "training_config",
 ]
 
-# scikit-learn constraints of the training settings, under the TrainingConfig names;
-# each estimator takes the ones it exposes. TrainingConfig re-checks finiteness.
+# The training settings' constraints (TrainingConfig's own), except that an estimator's
+# random_state may also be a RandomState, from which the fit's seed is drawn.
 TRAINING_CONSTRAINTS: dict[str, list] = {
-    "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
-    "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
-    "optimizer": [StrOptions({"adamw", "adam", "sgd"})],
-    "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
-    "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
-    "warmup_epochs": [Interval(numbers.Real, 0, None, closed="left")],
-    "grad_clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
-    "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
-    "selection_metric": [StrOptions({"ece", "nll", "loss", "accuracy"})],
-    "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
-    "ema_decay": [Interval(numbers.Real, 0, 1, closed="left"), None],
-    "mixed_precision": ["boolean", StrOptions({"auto", "bf16", "fp16"})],
-    "checkpoint_dir": [str, os.PathLike, None],
-    "device": [str, torch.device],
+    **_TRAINER_CONSTRAINTS,
     "random_state": ["random_state"],
-    "verbose": ["verbose"],
 }
 
 
