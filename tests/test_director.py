@@ -217,7 +217,7 @@ def test_path_has_the_teacher_depth_and_k_steps_are_reconfigured():
             lambda module, args, out, calls=calls: calls.append(args[1])
         )
         with torch.no_grad():
-            student.sample_logits(x, n_samples=1)
+            student.sample_logits(x, n_draws=1)
         assert student.depth == len(teacher.blocks) == 3
         assert [int(steps[0]) for steps in calls] == list(range(4 - k, 4))
 

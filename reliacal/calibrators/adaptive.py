@@ -460,7 +460,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         Backbone autocast on CUDA (the calibration network trains in float32).
     memory : joblib.Memory, str or path, default=None
         Cache of the backbone outputs, e.g. for a grid search.
-    verbose : int, default=0
+    verbose : int or bool, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
 
     Attributes

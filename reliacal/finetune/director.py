@@ -361,11 +361,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Raises
         ------
         ValueError
-            Invalid settings or inputs.
-        reliacal.training.TrainingDivergedError
-            A NaN or infinite loss (a ``ValueError``). The estimator stays
-            unfitted; the error's ``module`` attribute holds the student with
-            the last good weights.
+            Invalid settings, or inputs that the teacher cannot read; also
+            :class:`reliacal.training.TrainingDivergedError` on a NaN or
+            infinite loss, after which the estimator is unfitted and the
+            error's ``module`` is the student with the last good weights.
         """
         self._check_combinations()
         seed = self._fit_seed()
@@ -396,7 +395,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         return self
 
     def _train(self, adapter, teacher, student, dataset, seed, n_blocks: int, k: int) -> None:
-        module = DirectorTrainingModule(teacher, student, n_eval_samples=int(self.n_draws))
+        module = DirectorTrainingModule(teacher, student, n_eval_draws=int(self.n_draws))
         loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
         config = self._training_config(
