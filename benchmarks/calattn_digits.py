@@ -96,8 +96,9 @@ def finetuner(backbone, base_loss, lambda_brier, calibration_head, seed, epochs)
 
 def evaluate(model, X_test, y_test):
     scores = {}
-    for name, post_hoc in (("before", False), ("after", True)):
-        probabilities = model.predict_proba(X_test, post_hoc=post_hoc)
+    # Before the post-hoc temperature: CalAttn's own probabilities, softmax(z / s).
+    own = torch.softmax(torch.from_numpy(model.decision_function(X_test)), dim=1).numpy()
+    for name, probabilities in (("before", own), ("after", model.predict_proba(X_test))):
         scores[f"ece_{name}"] = 100 * expected_calibration_error(y_test, probabilities, n_bins=15)
     scores["accuracy"] = 100 * accuracy(y_test, model.predict_proba(X_test))
     scores["scale"] = float(np.median(model.scale(X_test)))
@@ -186,10 +187,10 @@ def run_timing(models, repeats, log):
     rows.append(
         (
             "tiny ViT (D=64, depth 4) of this benchmark",
-            calattn.module_.in_features,
+            calattn.network_.in_features,
             calattn.n_extra_parameters_,
             calattn.n_backbone_parameters_,
-            step_time(baseline.module_, calattn.module_, x, y, repeats),
+            step_time(baseline.network_, calattn.network_, x, y, repeats),
         )
     )
     log(f"timing: {rows[-1]}")
@@ -204,10 +205,10 @@ def run_timing(models, repeats, log):
     rows.append(
         (
             "ViT-S width (D=384, depth 4)",
-            fitted["CalAttn"].module_.in_features,
+            fitted["CalAttn"].network_.in_features,
             fitted["CalAttn"].n_extra_parameters_,
             fitted["CalAttn"].n_backbone_parameters_,
-            step_time(fitted["baseline"].module_, fitted["CalAttn"].module_, x, y, repeats // 4),
+            step_time(fitted["baseline"].network_, fitted["CalAttn"].network_, x, y, repeats // 4),
         )
     )
     log(f"timing: {rows[-1]}")

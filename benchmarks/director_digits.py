@@ -26,7 +26,7 @@ The markdown table goes to ``benchmarks/results/director_digits.md`` (``--output
 from __future__ import annotations
 
 import argparse
-import functools
+import copy
 import time
 
 import _common
@@ -51,6 +51,11 @@ from reliacal.metrics import (
 from reliacal.training import TrainingConfig, fit_module
 
 # Data --------------------------------------------------------------------------------------
+
+
+def _with_draws(director, n_draws: int):
+    """A copy of the fitted DIRECTOR predicting with ``n_draws`` sampled paths."""
+    return copy.copy(director).set_params(n_draws=n_draws)
 
 
 def shifted_sets(X: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -174,14 +179,13 @@ def run_digits_seed(seed: int, quick: bool) -> dict:
         director.fit(splits.X_train, splits.y_train)
         row["director_fit_s"][label] = time.perf_counter() - start
         row["director_sigma"][label] = director.history_[-1]["train_noise_matching"] ** 0.5
+        ten_paths = _with_draws(director, 10)
         methods += [
-            Method(f"{label}, 1 path", functools.partial(director.predict_proba, n_samples=1)),
+            Method(f"{label}, 1 path", _with_draws(director, 1).predict_proba),
             Method(
                 f"{label}, 10 paths",
-                functools.partial(director.predict_proba, n_samples=10),
-                lambda A, d=director: d.uncertainty(A, n_samples=10)[
-                    "mutual_information"
-                ].to_numpy(),
+                ten_paths.predict_proba,
+                lambda A, d=ten_paths: d.uncertainty(A)["mutual_information"].to_numpy(),
             ),
         ]
         params[f"{label}, 1 path"] = params[f"{label}, 10 paths"] = director.n_parameters_
@@ -281,7 +285,7 @@ def run_text_seed(seed: int, quick: bool) -> dict:
         "quality": {
             "teacher": quality(y[test], softmax(logits(test))),
             "teacher + TS": quality(y[test], scaler.predict_proba(logits(test))),
-            "DIRECTOR, 1 path": quality(y[test], director.predict_proba(ids[test], n_samples=1)),
+            "DIRECTOR, 1 path": quality(y[test], _with_draws(director, 1).predict_proba(ids[test])),
             "DIRECTOR, 10 paths": quality(y[test], director.predict_proba(ids[test])),
         },
         "params": {

@@ -17,7 +17,7 @@ fitted on the calibration half and scored on the test half:
 - ``AdaptiveTS`` with its defaults and the logits as features
   (``random_state`` = the split's seed), predicting at the posterior mean of
   the latent code (its default) and, in a second row, the same fitted
-  network averaging its probabilities over ``N_SAMPLES`` seeded latent
+  network averaging its probabilities over ``N_DRAWS`` seeded latent
   samples, and a second fit with another seed (``OTHER_SEED``), whose gap
   to the first is what the seed alone changes; and a fit with
   ``confidence_inputs=True``, alone and with ``n_members=5`` (options
@@ -104,7 +104,7 @@ CALIBRATION_SIZE = 5000
 # Calibration images of each digits split (the other 450 held-out images are the test part).
 DIGITS_CALIBRATION_SIZE = 360
 MS_GRID = (1e-3, 1e-2, 1e-1, 1.0)
-N_SAMPLES = 32
+N_DRAWS = 32
 # The second AdaptiveTS fit of each split uses random_state = the split's seed + this offset:
 # the gap between the two rows is the part of a comparison that is only the seed's.
 OTHER_SEED = 100
@@ -174,7 +174,7 @@ class Method(NamedTuple):
 
     fit: Callable  # fit(X, y, seed) -> fitted model
     reads_features: bool = False  # X = [features | logits], built with n_logits = K
-    sampled_row: bool = False  # also score the fitted AdaptiveTS with n_samples = N_SAMPLES
+    sampled_row: bool = False  # also score the fitted AdaptiveTS with n_draws = N_DRAWS
 
 
 def adaptive_method(
@@ -272,9 +272,9 @@ def run_splits(
                 floors.append(measurement_floor(probabilities, floor_rng))
             if method.sampled_row:
                 # The same fitted network, predicting with the seeded latent samples.
-                model.set_params(n_samples=N_SAMPLES)
+                model.set_params(n_draws=N_DRAWS)
                 sampled = model.predict_proba(X[test])
-                record(f"{name[:-1]}, n_samples={N_SAMPLES})", sampled, y[test], seconds)
+                record(f"{name[:-1]}, n_draws={N_DRAWS})", sampled, y[test], seconds)
     return results, floors
 
 
@@ -431,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         + ".",
         "- AdaptiveTS: default hyperparameters"
         + (f" except {adaptive_params}" if adaptive_params else "")
-        + ", random_state = the split's seed; each `n_samples` row is the fitted network of the row "
-        f"above, averaging its probabilities over {N_SAMPLES} seeded latent samples instead of "
+        + ", random_state = the split's seed; each `n_draws` row is the fitted network of the row "
+        f"above, averaging its probabilities over {N_DRAWS} seeded latent samples instead of "
         "predicting at the posterior mean (the default); each `seed + "
         f"{OTHER_SEED}` row is a second fit with random_state = the split's seed + {OTHER_SEED}; "
         "each `confidence_inputs=True` row is a fit with that option, and each `n_members=5` "

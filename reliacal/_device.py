@@ -26,7 +26,13 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """
     if device is None or (isinstance(device, str) and device == "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"device must be 'auto', 'cpu', 'cuda', 'cuda:N', another device type of this "
+            f"torch build (such as 'mps') or a torch.device; got {device!r}"
+        ) from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested but no CUDA device is available")
     return resolved

@@ -258,7 +258,8 @@ def _tuned(estimator: Any) -> Callable[[DemoContext], Any]:
 
 
 def _fine_tuned(
-    make_estimator: Callable[[DemoContext], Any], **predict_options: Any
+    make_estimator: Callable[[DemoContext], Any],
+    predict: Callable[[Any, Any], np.ndarray] | None = None,
 ) -> Callable[[DemoContext], MethodOutput]:
     """Turn an estimator that trains the network (CalAttn, DIRECTOR) into a demo method.
 
@@ -267,6 +268,8 @@ def _fine_tuned(
     methods, not data. One fit serves every row that builds the same
     estimator (CalAttn with and without its post-hoc temperature): the
     fitted estimator is cached on the context under its parameters.
+    ``predict(estimator, X)`` gives the row's probabilities (default:
+    ``predict_proba``).
     """
 
     def run(context: DemoContext) -> MethodOutput:
@@ -276,7 +279,10 @@ def _fine_tuned(
             estimator.fit(context.splits.X_calibration, context.splits.y_calibration)
             context.fitted[key] = estimator
         estimator = context.fitted[key]
-        return MethodOutput(estimator.predict_proba(context.splits.X_test, **predict_options))
+        X_test = context.splits.X_test
+        if predict is None:
+            return MethodOutput(estimator.predict_proba(X_test))
+        return MethodOutput(predict(estimator, X_test))
 
     return run
 
@@ -293,6 +299,13 @@ def _calattn(context: DemoContext) -> Any:
         selection_metric="nll",
         random_state=context.random_state,
     )
+
+
+def _without_post_hoc(estimator: Any, X: Any) -> np.ndarray:
+    """CalAttn's own probabilities, ``softmax(z / s)``, before its post-hoc temperature."""
+    import torch
+
+    return torch.softmax(torch.from_numpy(estimator.decision_function(X)), dim=1).numpy()
 
 
 def _director(context: DemoContext) -> Any:
@@ -316,7 +329,7 @@ METHODS: list[DemoMethod] = [
         "AdaptiveTS",
         post_hoc(lambda c: AdaptiveTS(n_logits=10, random_state=c.random_state), features=True),
     ),
-    DemoMethod("CalAttn", _fine_tuned(_calattn, post_hoc=False)),
+    DemoMethod("CalAttn", _fine_tuned(_calattn, _without_post_hoc)),
     DemoMethod("CalAttn + TS", _fine_tuned(_calattn)),
     DemoMethod("DIRECTOR (10 paths)", _fine_tuned(_director)),
 ]

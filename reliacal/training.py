@@ -12,16 +12,18 @@ their hyperparameters.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
+from sklearn.utils._param_validation import validate_parameter_constraints
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 from reliacal._training.checkpoint import CheckpointError
-from reliacal._training.checks import check_choice, check_dataset, check_int, check_number
+from reliacal._training.constraints import TRAINING_CONSTRAINTS
 from reliacal._training.loop import PreservedHostRNG, Run
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 
@@ -32,11 +34,6 @@ __all__ = [
     "TrainingResult",
     "fit_module",
 ]
-
-_OPTIMIZERS = ("adamw", "adam", "sgd")
-_SCHEDULES = ("cosine", "step", "constant")
-_SELECTION_METRICS = ("ece", "nll", "loss", "accuracy")
-_MIXED_PRECISION = (True, False, "auto", "bf16", "fp16")
 
 
 @dataclass
@@ -101,8 +98,8 @@ class TrainingConfig:
         records the file's SHA-256; a damaged file is refused, never resumed.
     device : str, default="auto"
         Passed to :func:`reliacal._device.resolve_device`.
-    verbose : int, default=0
-        0 silent, 1 a progress bar over epochs, 2 also one over batches.
+    verbose : int or bool, default=0
+        0 (False) silent, 1 (True) a progress bar over epochs, 2 also one over batches.
     random_state : int or None, default=None
         Seeds the validation split, the shuffling and (inside the fit only) the
         Python, NumPy and torch generators, so that a CPU fit is reproducible.
@@ -143,41 +140,19 @@ class TrainingConfig:
     min_learning_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        self.milestones = tuple(self.milestones)
-        check_int("max_epochs", self.max_epochs, minimum=1)
-        check_int("batch_size", self.batch_size, minimum=1)
-        check_choice("optimizer", self.optimizer, _OPTIMIZERS)
-        check_choice("schedule", self.schedule, _SCHEDULES)
-        check_choice("selection_metric", self.selection_metric, _SELECTION_METRICS)
-        if not any(
-            self.mixed_precision is v or self.mixed_precision == v for v in _MIXED_PRECISION
-        ):
-            raise ValueError(
-                f"mixed_precision must be one of {_MIXED_PRECISION}, got {self.mixed_precision!r}"
-            )
-        check_number("learning_rate", self.learning_rate, low=0.0, low_open=True)
-        check_number("weight_decay", self.weight_decay, low=0.0)
-        check_number("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
-        check_number("warmup_epochs", self.warmup_epochs, low=0.0)
-        check_number("gamma", self.gamma, low=0.0, low_open=True)
-        check_number(
-            "validation_fraction", self.validation_fraction, low=0.0, high=1.0, high_open=True
+        validate_parameter_constraints(
+            TRAINING_CONSTRAINTS,
+            {item.name: getattr(self, item.name) for item in fields(self)},
+            caller_name=type(self).__name__,
         )
-        check_number("min_learning_rate", self.min_learning_rate, low=0.0)
+        self.milestones = tuple(self.milestones)
+        for milestone in self.milestones:
+            if isinstance(milestone, bool) or not isinstance(milestone, numbers.Integral):
+                raise ValueError(f"each of milestones must be an integer >= 0, got {milestone!r}")
+            if milestone < 0:
+                raise ValueError(f"each of milestones must be an integer >= 0, got {milestone!r}")
         if self.min_learning_rate > self.learning_rate:
             raise ValueError("min_learning_rate must not exceed learning_rate")
-        if self.grad_clip_norm is not None:
-            check_number("grad_clip_norm", self.grad_clip_norm, low=0.0, low_open=True)
-        if self.ema_decay is not None:
-            check_number("ema_decay", self.ema_decay, low=0.0, high=1.0, high_open=True)
-        if self.n_iter_no_change is not None:
-            check_int("n_iter_no_change", self.n_iter_no_change, minimum=1)
-        for milestone in self.milestones:
-            check_int("each of milestones", milestone, minimum=0)
-        check_int("verbose", self.verbose, minimum=0)
-        check_int("num_workers", self.num_workers, minimum=0)
-        if self.random_state is not None:
-            check_int("random_state", self.random_state, minimum=0)
         if self.optimizer == "sgd" and self.nesterov and self.momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0 (or set nesterov=False)")
 
@@ -253,7 +228,9 @@ def fit_module(
     ------
     TrainingDivergedError
         On a NaN or infinite loss (or gradient), naming the epoch, the step and
-        the loss; ``module`` keeps its weights from before that step.
+        the loss; ``module`` holds the last weights known to be good (those
+        from before that step, or from before the previous one when the
+        previous update is what broke them) and is the error's ``module``.
     CheckpointError
         When ``checkpoint_dir`` is not a writable folder (checked before
         training) or holds a damaged checkpoint; the message names the file.
@@ -288,9 +265,9 @@ def fit_module(
         raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(loss_fn):
         raise ValueError("loss_fn must be callable: loss_fn(outputs, y) -> scalar tensor")
-    check_dataset("train_data", train_data)
+    _check_dataset("train_data", train_data)
     if validation_data is not None:
-        check_dataset("validation_data", validation_data)
+        _check_dataset("validation_data", validation_data)
     callbacks = tuple(callbacks)
     if not all(callable(callback) for callback in callbacks):
         raise ValueError("every callback must be callable as callback(epoch, logs)")
@@ -308,3 +285,13 @@ def fit_module(
     )
     with forked, PreservedHostRNG(config.random_state is not None):
         return run.fit(callbacks)
+
+
+def _check_dataset(name: str, data: Any) -> None:
+    if isinstance(data, IterableDataset) or not (
+        hasattr(data, "__getitem__") and hasattr(data, "__len__")
+    ):
+        raise ValueError(
+            f"{name} must be a map-style torch Dataset of (x, y) pairs with __len__ "
+            f"and __getitem__, got {type(data).__name__}"
+        )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import pickle
+import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import requires_cuda
@@ -383,10 +385,10 @@ def test_calibrated_logits_are_the_logits_over_the_temperature():
     assert 1 <= member.best_epoch <= len(member.history)
 
 
-@pytest.mark.parametrize("n_samples", [1, 4])
-def test_argmax_kept_and_rows_sum_to_one_on_extreme_logits(n_samples):
+@pytest.mark.parametrize("n_draws", [1, 4])
+def test_argmax_kept_and_rows_sum_to_one_on_extreme_logits(n_draws):
     logits, y = _logit_problem()
-    model = AdaptiveTS(**TINY, n_samples=n_samples).fit(logits, y)
+    model = AdaptiveTS(**TINY, n_draws=n_draws).fit(logits, y)
     rng = np.random.default_rng(5)
     extreme = rng.normal(scale=200.0, size=(50, 3))
     proba = model.predict_proba(extreme)
@@ -399,7 +401,7 @@ def test_sampling_is_seeded_and_differs_from_the_posterior_mean():
     logits, y = _logit_problem()
     model = AdaptiveTS(**TINY).fit(logits, y)
     deterministic = model.predict_proba(logits)
-    model.set_params(n_samples=8)
+    model.set_params(n_draws=8)
     sampled = model.predict_proba(logits)
     np.testing.assert_array_equal(sampled, model.predict_proba(logits))
     assert not np.allclose(sampled, deterministic)
@@ -579,7 +581,7 @@ def test_members_pickle_clone_and_search():
     X, y = _logit_problem(n=240)
     search = GridSearchCV(AdaptiveTS(**TINY), {"n_members": [1, 2]}, scoring=ece_scorer, cv=2)
     assert search.fit(X, y).cv_results_["mean_test_score"].shape == (2,)
-    model = AdaptiveTS(**TINY, n_members=2, n_samples=4).fit(X, y)
+    model = AdaptiveTS(**TINY, n_members=2, n_draws=4).fit(X, y)
     proba = model.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(proba.argmax(axis=1), X.argmax(axis=1))
@@ -601,11 +603,13 @@ def test_a_diverging_member_keeps_the_members_before_it(monkeypatch):
 
     monkeypatch.setattr(adaptive, "fit_module", second_member_diverges)
     model = AdaptiveTS(**TINY, n_members=3)
-    with pytest.raises(TrainingDivergedError, match=r"members_\[1\]\.network"):
+    with pytest.raises(TrainingDivergedError, match=r"member 2 of 3") as caught:
         model.fit(logits, y)
-    first, second = model.members_
+    # One policy for every trained estimator: unfitted, the work travels with the error.
+    assert not hasattr(model, "members_") and not hasattr(model, "classes_")
+    (first,) = caught.value.members
     assert len(first.history) >= 1 and first.best_epoch >= 1
-    assert second.network is calls[1] and second.history == []
+    assert caught.value.module is calls[1]
 
 
 def test_verbose_names_each_member(capsys):
@@ -685,11 +689,12 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_weights(monke
 
     monkeypatch.setattr(adaptive, "_adaptive_ts_loss", loss_that_breaks_on_the_fifth_step)
     model = AdaptiveTS(**TINY)
-    with pytest.raises(TrainingDivergedError, match=r"diverged.*members_\[0\]\.network"):
+    with pytest.raises(TrainingDivergedError, match=r"member 1 of 1.*diverged") as caught:
         model.fit(logits, y)
     assert seen["changed"]  # four good steps moved the weights before the bad one
-    torch.testing.assert_close(model.members_[0].network.prior_mean.detach(), seen["prior_mean"])
-    assert all(bool(torch.isfinite(p).all()) for p in model.members_[0].network.parameters())
+    network = caught.value.module
+    torch.testing.assert_close(network.prior_mean.detach(), seen["prior_mean"])
+    assert all(bool(torch.isfinite(p).all()) for p in network.parameters())
 
 
 # --- loss=...: the documented hook that replaces the training loss -------------------------
@@ -789,3 +794,17 @@ def test_check_estimator_in_logits_mode():
         random_state=0,
     )
     check_estimator(estimator, expected_failed_checks=estimator._expected_failed_checks())
+
+
+def test_a_dataframe_fits_and_predicts_without_torch_warnings():
+    # Issue 16: a DataFrame's values are read-only, and torch warned about sharing them.
+    logits, y = _logit_problem()
+    frame = pd.DataFrame(logits, columns=["a", "b", "c"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = AdaptiveTS(**TINY, n_draws=2).fit(frame, y)
+        sampled = model.predict_proba(frame)
+        single = model.set_params(n_draws=1).predict_proba(frame)
+    np.testing.assert_allclose(sampled.sum(axis=1), 1.0)
+    # The same numbers as the array they hold.
+    np.testing.assert_array_equal(single, AdaptiveTS(**TINY).fit(logits, y).predict_proba(logits))

@@ -88,7 +88,7 @@ def state_of(module):
 
 def test_scale_head_matches_its_formula_and_stays_positive():
     model = quick(max_epochs=1).fit(*image_data())
-    head = model.module_.scale_head.layers
+    head = model.network_.scale_head.layers
     first, second = head[0], head[2]
     assert (first.in_features, first.out_features) == (EMBED_DIM, 128)
     assert (second.in_features, second.out_features) == (128, 1)
@@ -101,7 +101,7 @@ def test_scale_head_matches_its_formula_and_stays_positive():
         )[:, 0]
         + 1e-6
     )
-    scale = model.module_.scale_head(features)
+    scale = model.network_.scale_head(features)
     assert scale.shape == (7,)
     torch.testing.assert_close(scale, expected)
     assert (scale > 0).all()
@@ -117,7 +117,7 @@ def test_default_initialisation_starts_near_softplus_of_zero():
 def test_decision_function_is_backbone_logits_over_scale():
     X, y = image_data()
     model = quick().fit(X, y)
-    vit = model.module_.backbone.model
+    vit = model.network_.backbone.model
     with torch.no_grad():
         logits = vit.eval()(torch.from_numpy(X)).double().numpy()
     scale = model.scale(X)
@@ -141,7 +141,7 @@ def test_one_backbone_pass_per_step():
 
 def test_gradients_reach_the_backbone_through_the_scale():
     model = quick(max_epochs=1).fit(*image_data())
-    network = model.module_.train()
+    network = model.network_.train()
     network.zero_grad()
     output = network(torch.from_numpy(image_data()[0][:6]))
     output.scale.sum().backward()
@@ -153,13 +153,13 @@ def test_patch_mean_and_concat_read_the_right_tokens():
     X, y = image_data()
     for token, width in (("patch_mean", EMBED_DIM), ("concat", 2 * EMBED_DIM)):
         model = quick(token=token, max_epochs=1).fit(X, y)
-        assert model.module_.scale_head.layers[0].in_features == width
-        output = model.module_.backbone(torch.from_numpy(X[:4]))
+        assert model.network_.scale_head.layers[0].in_features == width
+        output = model.network_.backbone(torch.from_numpy(X[:4]))
         patch_mean = output.tokens[:, 1:].mean(dim=1)
         expected = (
             patch_mean if token == "patch_mean" else torch.cat([output.tokens[:, 0], patch_mean], 1)
         )
-        torch.testing.assert_close(model.module_.features(output), expected)
+        torch.testing.assert_close(model.network_.features(output), expected)
         assert model.n_extra_parameters_ == 128 * (width + 2) + 1
 
 
@@ -176,7 +176,7 @@ def test_distilled_deit_excludes_both_prefix_tokens_and_keeps_its_logits():
     )
     X, y = image_data()
     model = quick(deit, token="patch_mean").fit(X, y)
-    network = model.module_
+    network = model.network_
     output = network.backbone(torch.from_numpy(X[:4]))
     torch.testing.assert_close(network.features(output), output.tokens[:, 2:].mean(dim=1))
     with torch.no_grad():
@@ -205,18 +205,18 @@ def test_swin_reads_pooled_features():
     assert model.token_ == "pooled"
     D = swin.num_features
     assert model.n_extra_parameters_ == 128 * D + 257
-    output = model.module_.backbone(torch.from_numpy(X[:4]))
+    output = model.network_.backbone(torch.from_numpy(X[:4]))
     assert output.tokens.ndim == 4
-    torch.testing.assert_close(model.module_.features(output), output.pooled)
+    torch.testing.assert_close(model.network_.features(output), output.pooled)
     with torch.no_grad():
-        logits = model.module_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
+        logits = model.network_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
     np.testing.assert_allclose(
         model.decision_function(X), logits / model.scale(X)[:, None], rtol=1e-5
     )
     # Swin's patch mean is the mean over its spatial map.
     patch = quick(swin, token="patch_mean", max_epochs=1).fit(X, y)
-    out = patch.module_.backbone(torch.from_numpy(X[:4]))
-    torch.testing.assert_close(patch.module_.features(out), out.tokens.mean(dim=(1, 2)))
+    out = patch.network_.backbone(torch.from_numpy(X[:4]))
+    torch.testing.assert_close(patch.network_.features(out), out.tokens.mean(dim=(1, 2)))
     with pytest.raises(ValueError, match="needs a class token"):
         quick(swin, token="concat").fit(X, y)
 
@@ -238,7 +238,7 @@ def test_hugging_face_vit_works_through_its_adapter():
     hf_vit = ViTForImageClassification(config)
     X, y = image_data()
     model = quick(hf_vit, token="patch_mean").fit(X, y)
-    network = model.module_
+    network = model.network_
     output = network.backbone(torch.from_numpy(X[:4]))
     torch.testing.assert_close(network.features(output), output.tokens[:, 1:].mean(dim=1))
     with torch.no_grad():
@@ -264,11 +264,11 @@ def test_extra_parameter_count_is_exact(hidden):
 
 
 def test_paper_parameter_counts_for_vit_b_and_deit_s():
-    from reliacal.finetune.calattn import _ScaleHead
+    from reliacal.finetune._calattn_network import ScaleHead
 
     # methods.md: 98,561 extra parameters for D = 768 and 49,409 for D = 384.
     for width, expected in ((768, 98_561), (384, 49_409)):
-        assert sum(p.numel() for p in _ScaleHead(width, 128).parameters()) == expected
+        assert sum(p.numel() for p in ScaleHead(width, 128).parameters()) == expected
 
 
 # Training --------------------------------------------------------------------------------
@@ -309,13 +309,13 @@ def test_loss_is_base_loss_plus_weighted_brier_on_calibrated_logits():
     model = quick(base_loss=recording_loss, lambda_brier=0.3, max_epochs=1, validation_fraction=0.0)
     model.fit(X, y)
     # Check the combined loss on fixed outputs through the estimator's loss object.
-    from reliacal.finetune.calattn import _CalAttnLoss, _CalAttnOutput
+    from reliacal.finetune._calattn_network import CalAttnLoss, CalAttnOutput
 
     logits = torch.randn(5, N_CLASSES)
     scale = torch.rand(5) + 0.5
     target = torch.tensor([0, 1, 2, 0, 1])
-    outputs = _CalAttnOutput(logits / scale[:, None], scale, logits)
-    loss = _CalAttnLoss(lambda z, t: focal_loss(z, t, gamma=2.0), 0.3, N_CLASSES)(outputs, target)
+    outputs = CalAttnOutput(logits / scale[:, None], scale, logits)
+    loss = CalAttnLoss(lambda z, t: focal_loss(z, t, gamma=2.0), 0.3, N_CLASSES)(outputs, target)
     calibrated = logits / scale[:, None]
     expected = focal_loss(calibrated, target, gamma=2.0) + 0.3 * brier_loss(calibrated, target)
     torch.testing.assert_close(loss, expected)
@@ -339,12 +339,12 @@ def test_frozen_backbone_trains_only_the_head():
     X, y = image_data()
     model = quick(vit, freeze_backbone=True).fit(X, y)
     for name, value in vit.state_dict().items():
-        torch.testing.assert_close(model.module_.backbone.model.state_dict()[name], value)
+        torch.testing.assert_close(model.network_.backbone.model.state_dict()[name], value)
     fresh = quick(vit, freeze_backbone=True, max_epochs=1, learning_rate=1e-12).fit(X, y)
     changed = [
         not torch.allclose(a, b)
         for a, b in zip(
-            model.module_.scale_head.parameters(), fresh.module_.scale_head.parameters()
+            model.network_.scale_head.parameters(), fresh.network_.scale_head.parameters()
         )
     ]
     assert any(changed)
@@ -353,10 +353,10 @@ def test_frozen_backbone_trains_only_the_head():
 def test_without_calibration_head_it_is_plain_fine_tuning():
     X, y = image_data()
     model = quick(calibration_head=False).fit(X, y)
-    assert model.module_.scale_head is None and model.n_extra_parameters_ == 0
+    assert model.network_.scale_head is None and model.n_extra_parameters_ == 0
     np.testing.assert_array_equal(model.scale(X), np.ones(len(X)))
     with torch.no_grad():
-        logits = model.module_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
+        logits = model.network_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
     np.testing.assert_allclose(model.decision_function(X), logits, rtol=1e-6)
 
 
@@ -375,15 +375,19 @@ def test_fit_leaves_the_given_backbone_untouched_and_refits_identically():
 
 
 def test_post_hoc_temperature_is_fitted_on_the_held_out_split():
-    from reliacal.finetune.calattn import _split_indices
+    from reliacal._training.randomness import split_indices
 
     X, y = image_data(n=48)
     model = quick(post_hoc="temperature", max_epochs=3, validation_fraction=0.25).fit(X, y)
     assert isinstance(model.post_hoc_, TemperatureScaling)
     # The same split, recomputed: a temperature fitted on it independently must agree.
     seed = 0
-    _, validation = _split_indices(
-        len(X), 0.25, y, int(np.random.RandomState(seed).randint(np.iinfo(np.int32).max))
+    _, validation = split_indices(
+        len(X),
+        0.25,
+        int(np.random.RandomState(seed).randint(np.iinfo(np.int32).max)),
+        stream="stratified",
+        labels=y,
     )
     logits = model.decision_function(X[validation])
     reference = TemperatureScaling().fit(logits, y[validation])
@@ -393,9 +397,11 @@ def test_post_hoc_temperature_is_fitted_on_the_held_out_split():
         torch.softmax(torch.from_numpy(model.decision_function(X) / reference.temperature_), 1),
         rtol=1e-6,
     )
+    # Without post_hoc, the probabilities are CalAttn's own, softmax(z / s).
+    own = quick(max_epochs=3, validation_fraction=0.25).fit(X, y)
+    assert own.post_hoc_ is None
     np.testing.assert_allclose(
-        model.predict_proba(X, post_hoc=False),
-        torch.softmax(torch.from_numpy(model.decision_function(X)), 1),
+        own.predict_proba(X), torch.softmax(torch.from_numpy(own.decision_function(X)), 1)
     )
 
 
@@ -449,7 +455,7 @@ def test_clone_and_params_follow_sklearn_conventions():
     assert params["token"] == "patch_mean" and params["hidden"] == 7
     cloned = clone(model)
     assert cloned.get_params()["hidden"] == 7
-    assert not hasattr(cloned, "module_")
+    assert not hasattr(cloned, "network_")
     model.set_params(lambda_brier=0.5)
     assert model.lambda_brier == 0.5
 
@@ -458,21 +464,23 @@ def test_pickle_round_trip_predicts_identically_on_cpu():
     X, y = image_data()
     model = quick(post_hoc="temperature").fit(X, y)
     restored = pickle.loads(pickle.dumps(model))
-    assert all(p.device.type == "cpu" for p in restored.module_.parameters())
+    assert all(p.device.type == "cpu" for p in restored.network_.parameters())
     np.testing.assert_array_equal(restored.predict_proba(X), model.predict_proba(X))
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"token": "mean"}, "token must be one of"),
-        ({"hidden": 0}, "hidden must be a positive integer"),
-        ({"lambda_brier": -1.0}, "lambda_brier must be"),
-        ({"post_hoc": "vector"}, "post_hoc must be"),
-        ({"base_loss": "hinge"}, "base_loss must be one of"),
+        ({"token": "mean"}, "'token' parameter .* must be a str among"),
+        ({"hidden": 0}, "'hidden' parameter .* must be an int in the range \\[1, inf\\)"),
+        ({"lambda_brier": -1.0}, "'lambda_brier' parameter .* must be"),
+        ({"post_hoc": "vector"}, "'post_hoc' parameter .* must be"),
+        ({"base_loss": "hinge"}, "'base_loss' parameter .* must be a str among"),
         ({"freeze_backbone": True, "calibration_head": False}, "nothing to train"),
-        ({"optimizer": "lbfgs"}, "optimizer must be one of"),
-        ({"train_transform": 3}, "train_transform must be"),
+        ({"optimizer": "lbfgs"}, "'optimizer' parameter .* must be a str among"),
+        ({"train_transform": 3}, "'train_transform' parameter .* must be a callable"),
+        ({"verbose": -1}, "'verbose' parameter"),
+        ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),
     ],
 )
 def test_invalid_settings_raise(overrides, message):
@@ -507,13 +515,79 @@ def test_nan_loss_stops_with_a_clear_error_and_the_user_model_is_intact():
     model = quick(vit, train_transform=_NaNAtCall(bad=2))
     with pytest.raises(TrainingDivergedError, match="diverged at epoch 1, step 2") as caught:
         model.fit(*image_data())
-    assert not hasattr(model, "module_") and not hasattr(model, "classes_")
+    assert not hasattr(model, "network_") and not hasattr(model, "classes_")
     # The last good weights (after step 1) come back with the error, finite and trained.
     kept = caught.value.module.backbone.model.state_dict()
     assert all(torch.isfinite(value).all() for value in kept.values())
     assert any(not torch.equal(kept[name], before[name]) for name in before)
     for name, value in vit.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+
+
+def test_weights_broken_by_an_update_are_not_handed_back_as_good():
+    # Issue 16.3: learning_rate=1e6 makes the first update ruin the network (finite weights,
+    # NaN gradients); the error must carry the weights from before that update.
+    vit = tiny_vit()
+    before = state_of(vit)
+    X, y = image_data()
+    with pytest.raises(TrainingDivergedError, match="weights from before that step") as caught:
+        quick(vit, learning_rate=1e6, warmup_epochs=0).fit(X, y)
+    network = caught.value.module.train()
+    outputs = network(torch.from_numpy(X))
+    F.cross_entropy(outputs.calibrated_logits, torch.from_numpy(y)).backward()
+    assert all(torch.isfinite(p.grad).all() for p in network.parameters() if p.grad is not None)
+    for name, value in network.backbone.model.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+
+
+def test_nan_inputs_are_refused_at_fit_and_predict():
+    X, y = image_data()
+    poisoned = X.copy()
+    poisoned[3, 0, 2, 2] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN or infinity"):
+        quick().fit(poisoned, y)
+    model = quick().fit(X, y)
+    for method in (model.predict_proba, model.decision_function, model.scale):
+        with pytest.raises(ValueError, match="X contains NaN or infinity"):
+            method(poisoned)
+
+
+def test_a_nan_pixel_in_the_validation_part_is_named_as_an_input_problem():
+    from reliacal._training.randomness import split_indices
+
+    X, y = image_data()
+    # The estimator's split for random_state=0, recomputed (a Dataset's labels are not
+    # read, so it is not stratified): poison one validation image.
+    seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))
+    _, validation = split_indices(len(X), 0.25, seed, stream="stratified")
+    X[validation[0], 0, 0, 0] = np.nan
+    dataset = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    with pytest.raises(ValueError, match="check the validation inputs for NaN") as caught:
+        quick(validation_fraction=0.25).fit(dataset)
+    assert "y_prob" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("X", "expected"),
+    [
+        (np.zeros((12, 1, 16, 16), dtype=np.float32), r"shape \(1, 16, 16\)"),
+        (np.zeros((12, 8, 8), dtype=np.float32), r"shape \(8, 8\)"),
+    ],
+)
+def test_inputs_of_the_wrong_form_get_a_value_error_that_says_what_is_expected(X, expected):
+    y = np.arange(12) % N_CLASSES
+    with pytest.raises(
+        ValueError,
+        match=f"backbone cannot read the inputs.*{expected}.*"
+        r"\(n, C, H, W\)",
+    ):
+        quick().fit(X, y)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_verbose_accepts_a_bool_as_scikit_learn_does(verbose):
+    model = quick(max_epochs=1, verbose=verbose).fit(*image_data())
+    assert model.best_epoch_ == 1
 
 
 class _InterruptAtCall:
@@ -548,8 +622,8 @@ def test_resumed_fit_ends_with_the_same_weights(tmp_path):
     assert (tmp_path / "run" / "checkpoint.pt").exists()
 
     resumed = quick(checkpoint_dir=checkpoint_dir, train_transform=_identity, **settings).fit(X, y)
-    expected = reference.module_.state_dict()
-    for name, value in resumed.module_.state_dict().items():
+    expected = reference.network_.state_dict()
+    for name, value in resumed.network_.state_dict().items():
         torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-7)
     strip = [{k: v for k, v in e.items() if k != "time"} for e in reference.history_]
     assert [{k: v for k, v in e.items() if k != "time"} for e in resumed.history_] == strip
@@ -577,7 +651,7 @@ def test_unseeded_fit_resumes_with_the_interrupted_runs_seed(tmp_path):
 def test_cuda_fit_with_mixed_precision_predicts_on_cpu_after_pickling():
     X, y = image_data()
     model = quick(device="cuda", mixed_precision="auto", post_hoc="temperature").fit(X, y)
-    assert all(p.device.type == "cpu" for p in model.module_.parameters())
+    assert all(p.device.type == "cpu" for p in model.network_.parameters())
     on_gpu = model.predict_proba(X)
     np.testing.assert_allclose(on_gpu.sum(axis=1), 1.0)
     restored = pickle.loads(pickle.dumps(model)).set_params(device="cpu")
@@ -593,7 +667,7 @@ def _ddp_fit(out_dir: Path, rank: int | None) -> None:
         name = "single.pt" if rank is None else "ddp.pt"
         torch.save(
             {
-                "state": model.module_.state_dict(),
+                "state": model.network_.state_dict(),
                 "proba": torch.from_numpy(model.predict_proba(X)),
                 "temperature": model.post_hoc_.temperature_,
             },

@@ -317,7 +317,7 @@ def images(n=8):
 def test_damaged_calattn_seed_file_is_refused_naming_it(tmp_path, content):
     folder = tmp_path / "run"
     folder.mkdir()
-    path = folder / "calattn_seed.json"
+    path = folder / "fit_seed.json"
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(CheckpointError, match="seed file .* is damaged") as caught:
         tiny_calattn(folder).fit(*images())
@@ -327,9 +327,9 @@ def test_damaged_calattn_seed_file_is_refused_naming_it(tmp_path, content):
 def test_calattn_seed_file_records_the_seed_of_an_unseeded_run(tmp_path):
     folder = tmp_path / "run"
     tiny_calattn(folder).fit(*images())
-    record = json.loads((folder / "calattn_seed.json").read_text())
+    record = json.loads((folder / "fit_seed.json").read_text())
     assert set(record) == {"seed"} and isinstance(record["seed"], int)
-    assert sorted(p.name for p in folder.iterdir()) == ["calattn_seed.json", "checkpoint.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt", "fit_seed.json"]
 
 
 def test_calattn_checkpoint_dir_that_is_a_file_is_refused(tmp_path):

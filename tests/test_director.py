@@ -23,6 +23,7 @@ from reliacal.datasets import (
 )
 from reliacal.finetune._director_modules import (
     AdaLNBlock,
+    DirectorStudent,
     DirectorTrainingModule,
     NoiseHead,
     ReverseStep,
@@ -32,6 +33,7 @@ from reliacal.finetune._director_modules import (
     sinusoidal_step_embedding,
 )
 from reliacal.finetune.director import DiffusionReconfigurer
+from reliacal.training import TrainingDivergedError
 
 VOCAB, PAD = 30, 0
 
@@ -105,7 +107,7 @@ def fitted_vit(digits, trained_teacher):
         warmup_epochs=0.5,
         ema_decay=None,
         noise_init=0.3,
-        n_samples=4,
+        n_draws=4,
         device="cpu",
         random_state=0,
     )
@@ -203,7 +205,7 @@ def test_path_has_the_teacher_depth_and_k_steps_are_reconfigured():
             lambda module, args, out, calls=calls: calls.append(args[1])
         )
         with torch.no_grad():
-            student.sample_logits(x, n_samples=1)
+            student.sample_logits(x, n_draws=1)
         assert student.depth == len(teacher.blocks) == 3
         assert [int(steps[0]) for steps in calls] == list(range(4 - k, 4))
 
@@ -286,7 +288,7 @@ def test_training_lowers_matching_and_cross_entropy(fitted_vit):
 
 def test_parameter_counts_are_exact(fitted_vit):
     teacher = as_backbone(fitted_vit.backbone)
-    student = fitted_vit.model_
+    student = fitted_vit.network_
     assert fitted_vit.teacher_n_parameters_ == sum(p.numel() for p in teacher.parameters())
     replaced = sum(p.numel() for block in teacher.blocks for p in block.parameters())
     added = sum(p.numel() for p in student.step.parameters()) + sum(
@@ -299,14 +301,16 @@ def test_sampling_is_reproducible_and_averaging_reduces_variance(fitted_vit, dig
     X = digits[0][:30]
     again = clone(fitted_vit).set_params(random_state=0)
     assert again.get_params()["noise_init"] == 0.3
-    first = fitted_vit.predict_proba(X, n_samples=1)
-    np.testing.assert_array_equal(first, fitted_vit.predict_proba(X, n_samples=1))
+    single_path = copy.deepcopy(fitted_vit).set_params(n_draws=1)
+    first = single_path.predict_proba(X)
+    np.testing.assert_array_equal(first, single_path.predict_proba(X))
     estimator = copy.deepcopy(fitted_vit)
 
-    def spread(n_samples: int) -> float:
+    def spread(n_draws: int) -> float:
         draws = []
         for seed in range(6):
-            draws.append(estimator.set_params(random_state=seed).predict_proba(X, n_samples))
+            estimator.set_params(random_state=seed, n_draws=n_draws)
+            draws.append(estimator.predict_proba(X))
         return float(np.var(np.stack(draws), axis=0).mean())
 
     single, averaged = spread(1), spread(16)
@@ -329,8 +333,8 @@ def test_mutual_information_is_zero_without_noise(fitted_vit, digits):
         def forward(self, g):
             return torch.zeros_like(g)
 
-    estimator.model_.step.noise_head = Silent()
-    table = estimator.uncertainty(X, n_samples=5)
+    estimator.network_.step.noise_head = Silent()
+    table = estimator.set_params(n_draws=5).uncertainty(X)
     assert (table.to_numpy() >= 0).all()
     np.testing.assert_allclose(table["mutual_information"], 0.0, atol=1e-12)
     np.testing.assert_allclose(
@@ -348,7 +352,7 @@ def test_reconfigure_k_leaves_the_front_blocks_untouched_and_frozen(digits):
         model, reconfigure=1, max_epochs=1, batch_size=64, device="cpu", random_state=0
     ).fit(X[:128], y[:128])
     assert estimator.n_reconfigured_ == 1 and estimator.n_blocks_ == 3
-    backbone = estimator.model_.backbone
+    backbone = estimator.network_.backbone
     for index in range(2):
         for name, parameter in backbone.blocks[index].named_parameters():
             assert not parameter.requires_grad
@@ -377,7 +381,7 @@ def test_bert_teacher_with_padding(digits):
         batch_size=32,
         lambda_mean=0.8,
         lambda_ce=0.2,
-        n_samples=3,
+        n_draws=3,
         classes=["none", "one", "many"],
         device="cpu",
         random_state=0,
@@ -394,14 +398,14 @@ def test_bert_teacher_with_padding(digits):
     assert estimator.n_blocks_ == 2
     # Padding is masked in the student's attention: extra padding changes nothing.
     silent = copy.deepcopy(estimator)
-    silent.model_.step.noise_head = type(
+    silent.network_.step.noise_head = type(
         "Silent", (nn.Module,), {"forward": lambda self, g: torch.zeros_like(g)}
     )()
     short = np.where(np.arange(8) < 5, ids[:4], PAD)
     padded = np.concatenate([short, np.full((4, 3), PAD)], axis=1)
     np.testing.assert_allclose(
-        silent.predict_proba(short, n_samples=1),
-        silent.predict_proba(padded, n_samples=1),
+        silent.set_params(n_draws=1).predict_proba(short),
+        silent.predict_proba(padded),
         atol=1e-5,
     )
 
@@ -425,7 +429,7 @@ def test_hugging_face_vit_teacher(digits):
         ViTForImageClassification(config),
         reconfigure=1,
         max_epochs=1,
-        n_samples=2,
+        n_draws=2,
         device="cpu",
         random_state=0,
     ).fit(X[:64], y[:64])
@@ -440,7 +444,7 @@ def test_dataset_and_dataloader_inputs(digits):
     data = TensorDataset(torch.from_numpy(X[:96]), torch.from_numpy(y[:96]))
     names = [f"digit {k}" for k in range(10)]
     estimator = DiffusionReconfigurer(
-        tiny_vit(), max_epochs=1, n_samples=2, classes=names, device="cpu", random_state=0
+        tiny_vit(), max_epochs=1, n_draws=2, classes=names, device="cpu", random_state=0
     ).fit(DataLoader(data, batch_size=32))
     assert estimator.classes_[3] == "digit 3"
     assert estimator.predict(data)[0] in names
@@ -453,10 +457,10 @@ def test_dataset_and_dataloader_inputs(digits):
 
 
 def test_clone_and_get_params():
-    estimator = DiffusionReconfigurer(tiny_vit(), depth=2, reconfigure=2, n_samples=7)
+    estimator = DiffusionReconfigurer(tiny_vit(), depth=2, reconfigure=2, n_draws=7)
     params = clone(estimator).get_params()
-    assert params["depth"] == 2 and params["reconfigure"] == 2 and params["n_samples"] == 7
-    assert not hasattr(estimator, "model_")
+    assert params["depth"] == 2 and params["reconfigure"] == 2 and params["n_draws"] == 7
+    assert not hasattr(estimator, "network_")
 
 
 @pytest.mark.parametrize(
@@ -469,7 +473,7 @@ def test_clone_and_get_params():
         ({"lambda_mean": -1.0}, "lambda_mean"),
         ({"lambda_mean": 0.0, "lambda_ce": 0.0}, "at least one"),
         ({"noise_init": 0.0}, "noise_init"),
-        ({"n_samples": 0}, "n_samples"),
+        ({"n_draws": 0}, "n_draws"),
         ({"classes": [0, 1]}, "one label per column"),
     ],
 )
@@ -485,8 +489,6 @@ def test_bad_inputs_raise(fitted_vit, digits):
         DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(X[:8], y[:8] + 20)
     with pytest.raises(ValueError, match="y is required"):
         DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(X[:8])
-    with pytest.raises(ValueError, match="n_samples"):
-        fitted_vit.predict_proba(X[:2], n_samples=0)
     with pytest.raises(ValueError, match="backbone"):
         DiffusionReconfigurer().fit(X[:8], y[:8])
     plain = as_backbone(nn.Sequential(nn.Flatten(), nn.Linear(256, 10)), features="0", head="1")
@@ -532,3 +534,47 @@ def test_resumed_fit_keeps_the_history_of_every_epoch(
     resumed = DiffusionReconfigurer(trained_teacher, **settings).fit(X[:128], y[:128])
     assert [entry["epoch"] for entry in resumed.history_] == [1, 2, 3]
     assert "train_cross_entropy" in resumed.history_[-1]
+
+
+def test_nan_inputs_are_refused_at_fit_and_predict(fitted_vit, digits):
+    X, y = digits
+    poisoned = X[:8].copy()
+    poisoned[2, 0, 3, 3] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN or infinity"):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(poisoned, y[:8])
+    for method in (fitted_vit.predict_proba, fitted_vit.predict, fitted_vit.uncertainty):
+        with pytest.raises(ValueError, match="X contains NaN or infinity"):
+            method(poisoned)
+
+
+def test_images_of_the_wrong_size_get_a_value_error_that_says_what_is_expected(digits):
+    X, y = digits
+    small = X[:8, :, :8, :8]  # the teacher reads 16 x 16 images
+    with pytest.raises(ValueError, match=r"backbone cannot read.*shape \(1, 8, 8\)"):
+        DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(small, y[:8])
+
+
+def test_divergence_leaves_the_estimator_unfitted_and_hands_over_the_student(digits, monkeypatch):
+    import reliacal.finetune.director as director_module
+
+    X, y = digits
+    real_loss = director_module._DirectorLoss.__call__
+    training_calls = []
+
+    def nan_on_the_second_training_step(self, outputs, target):
+        loss = real_loss(self, outputs, target)
+        if torch.is_grad_enabled():
+            training_calls.append(1)
+            if len(training_calls) == 2:
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(director_module._DirectorLoss, "__call__", nan_on_the_second_training_step)
+    estimator = DiffusionReconfigurer(tiny_vit(), max_epochs=1, batch_size=16, device="cpu")
+    with pytest.raises(TrainingDivergedError, match="epoch 1, step 2") as caught:
+        estimator.fit(X[:64], y[:64])
+    # The policy CalAttn and AdaptiveTS follow too: unfitted, the network on the error.
+    assert not hasattr(estimator, "network_") and not hasattr(estimator, "classes_")
+    student = caught.value.module
+    assert isinstance(student, DirectorStudent)
+    assert all(bool(torch.isfinite(p).all()) for p in student.parameters())

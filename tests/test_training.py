@@ -302,6 +302,40 @@ def test_nan_loss_raises_and_restores_last_good_weights():
     assert next(model.parameters()).device.type == "cpu"
 
 
+class _BreaksAboveNorm(nn.Module):
+    """A linear map whose outputs turn NaN once its weights grow too large: finite
+    weights that an update can break, as a huge learning rate does to a transformer."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        broken = self.linear.weight.abs().max() > 50
+        return self.linear(x) * torch.where(broken, float("nan"), 1.0)
+
+
+def test_weights_broken_by_the_previous_update_are_replaced_by_the_ones_before_it():
+    torch.manual_seed(0)
+    model = _BreaksAboveNorm()
+    before_step = []
+
+    def remember(x):
+        before_step.append(params_of(model))
+        return x
+
+    config = quick(optimizer="sgd", learning_rate=1e4, nesterov=False, schedule="constant")
+    with pytest.raises(TrainingDivergedError, match="step 2.*from before that step") as info:
+        fit_module(model, F.cross_entropy, blobs(), config=config, train_transform=remember)
+    # Step 1's update broke the weights, which step 2 met: the weights from before step 1
+    # (the initial ones) are the last known good, and they give finite outputs.
+    assert len(before_step) == 2
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before_step[0][name])
+    assert info.value.module is model
+    assert torch.isfinite(model(torch.randn(4, 2))).all()
+
+
 def test_non_finite_gradient_and_corrupted_buffers_are_caught():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))

@@ -89,5 +89,14 @@ def evaluate(
         raise ValueError("the validation data is empty")
     scores = {"loss": loss_sum / count}
     if why_not is None:
-        scores.update(classification_scores(torch.cat(all_logits), torch.cat(all_y)))
+        logits = torch.cat(all_logits)
+        if not bool(torch.isfinite(logits).all()):
+            # Training steps passed the NaN guard, so the weights are finite: the cause is
+            # almost always a NaN or infinite value in the validation inputs.
+            raise ValueError(
+                f"the network's outputs on {int((~torch.isfinite(logits)).any(dim=1).sum())} "
+                "validation samples are NaN or infinite: check the validation inputs for "
+                "NaN or infinite values"
+            )
+        scores.update(classification_scores(logits, torch.cat(all_y)))
     return scores, why_not

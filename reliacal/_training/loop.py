@@ -1,4 +1,32 @@
-"""The epoch and step loop behind :func:`reliacal.training.fit_module`."""
+"""The epoch and step loop behind :func:`reliacal.training.fit_module`.
+
+A maintainer's map of the moving parts:
+
+- Randomness. One run seed (``config.random_state``, else drawn and shared by
+  rank 0) is expanded by ``SeedSequence`` into three independent streams: the
+  validation split, the shuffling (``DistributedSampler`` seed, and the
+  loader generator reseeded per epoch so that worker seeds do not depend on
+  how many epochs ran in this process) and the host generators (Python,
+  NumPy, torch: dropout, augmentations), the last one mixed with the rank so
+  that processes draw different dropout masks. ``fit_module`` forks the
+  generators around the run, so a seeded fit leaves the caller's RNG alone.
+- Resume. A checkpoint is written after every epoch (rank 0 only; every
+  rank's RNG state is gathered into it) and holds the weights, optimiser,
+  scheduler, scaler, EMA, best state and history, the run seed and the
+  configuration minus the settings that may change (``RESUMABLE_CHANGES``).
+  A new run in the same folder checks the configuration and sample count,
+  reloads all of it and continues with the next epoch; the RNG states make
+  the continuation bit-identical on the CPU.
+- DDP. Each process trains on its shard of every batch, all-reduces the
+  loss sums for the epoch log and the NaN verdict of every step, scores the
+  whole validation set itself (so selection and early stopping agree), and
+  only rank 0 writes or logs.
+- EMA. With ``ema_decay`` an average of the trainable parameters is updated
+  after each optimiser step; validation and the kept weights use it, the
+  optimiser never sees it.
+- NaN guard. See :mod:`reliacal._training.guard`: the state of the last two
+  steps is kept so that a failure hands back weights known to be good.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 from tqdm.auto import tqdm
 
 from reliacal._data import collate_fn_of
@@ -28,7 +56,9 @@ from reliacal._training.checkpoint import (
     save_checkpoint,
 )
 from reliacal._training.evaluation import as_input, batch_length, evaluate
+from reliacal._training.guard import LastGoodWeights
 from reliacal._training.optim import Precision, make_optimizer, make_scheduler
+from reliacal._training.randomness import broadcast_seed, split_indices
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 from reliacal._training.state import (
     ExponentialMovingAverage,
@@ -58,6 +88,7 @@ class Run:
             if config.checkpoint_dir
             else None
         )
+        # A checkpoint found here means resuming: its seed, not a new one, drives the run.
         self.checkpoint = load_checkpoint(self.path) if self.path is not None else None
         self.n_samples = len(train_data)
         if self.checkpoint is not None:
@@ -70,14 +101,18 @@ class Run:
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
+        # Three independent streams from one seed: changing how one is used (say, the
+        # shuffling) leaves the others, and so the split, as they were.
         split_seed, self.shuffle_seed, host_seed = np.random.SeedSequence(self.seed).generate_state(
             3
         )
 
         if validation_data is None and config.validation_fraction > 0:
-            train_data, validation_data = _split(
-                train_data, config.validation_fraction, int(split_seed)
+            train_rows, validation_rows = split_indices(
+                len(train_data), config.validation_fraction, int(split_seed), stream="torch"
             )
+            validation_data = Subset(train_data, validation_rows.tolist())
+            train_data = Subset(train_data, train_rows.tolist())
         self.sampler = DistributedSampler(
             train_data,
             num_replicas=self.world_size,
@@ -132,6 +167,7 @@ class Run:
         self.steps_per_epoch = len(self.train_loader)
         self.scheduler = make_scheduler(self.optimizer, config, self.steps_per_epoch)
         self.precision = Precision(config.mixed_precision, self.device)
+        self.guard = LastGoodWeights(self.module)
         self.ema = (
             ExponentialMovingAverage(self.module, config.ema_decay)
             if config.ema_decay is not None
@@ -148,6 +184,7 @@ class Run:
 
     def fit(self, callbacks) -> TrainingResult:
         if self.host_seed is not None:
+            # Seeded here, then overwritten by the checkpoint's RNG states when resuming.
             _seed_host(self.host_seed)
         if self.checkpoint is not None:
             self._load(self.checkpoint)
@@ -170,6 +207,7 @@ class Run:
                 epochs.set_postfix(
                     {k: f"{v:.4g}" for k, v in logs.items() if k in ("train_loss", "val_ece")}
                 )
+                # Before the callbacks: a callback that interrupts leaves a resumable epoch.
                 self._save()
                 if self._callbacks_stop(callbacks, logs) and not self.finished:
                     self.finished = self.stopped_early = True
@@ -238,7 +276,7 @@ class Run:
         return float(loss_sum / count)
 
     def _step(self, x, y, epoch_index: int, step: int) -> torch.Tensor:
-        buffers = {name: b.detach().clone() for name, b in self.module.named_buffers()}
+        self.guard.start_step()
         self.optimizer.zero_grad(set_to_none=True)
         with self.precision.autocast():
             loss = self.loss_fn(self.model(x), y)
@@ -260,10 +298,11 @@ class Run:
         if scaler is None:
             bad = bad | ~torch.isfinite(grad_norm)
         if self.distributed:
+            # One process's NaN stops every process, before anyone's weights change.
             bad = bad.to(torch.int64)
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         if bool(bad):
-            self._diverged(buffers, epoch_index, step, float(loss_value), float(grad_norm))
+            self._diverged(epoch_index, step, float(loss_value), float(grad_norm))
         if scaler is None:
             self.optimizer.step()
         else:
@@ -273,20 +312,56 @@ class Run:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.module)
+        self.guard.end_step((x, y))
         return loss_value
 
-    def _diverged(self, buffers, epoch_index, step, loss_value, grad_norm) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for name, buffer in self.module.named_buffers():
-                buffer.copy_(buffers[name])
+    def _diverged(self, epoch_index, step, loss_value, grad_norm) -> None:
+        """Restore the last weights known to be good, then raise TrainingDivergedError."""
+        broken_by_update = self._previous_batch_fails()
+        # Buffers (batch-norm statistics) are restored either way: the failed forward
+        # pass may have written NaN into them.
+        self.guard.restore(previous=broken_by_update)
         self.module.to("cpu").eval()
-        raise TrainingDivergedError(
+        if broken_by_update:
+            kept = (
+                "the previous step's update broke the weights (they fail on the batch before "
+                "too), so the weights from before that step were restored"
+            )
+        else:
+            kept = "the weights from before this step were kept"
+        error = TrainingDivergedError(
             f"training diverged at epoch {epoch_index + 1}, step {step + 1}: "
-            f"loss={loss_value}, gradient norm={grad_norm}; the weights from before "
-            "this step were restored. Lower learning_rate, set grad_clip_norm, or "
-            "check the inputs and loss_fn for NaN/inf."
+            f"loss={loss_value}, gradient norm={grad_norm}; {kept}. Lower learning_rate, "
+            "set grad_clip_norm, or check the inputs and loss_fn for NaN/inf."
         )
+        error.module = self.module
+        raise error
+
+    def _previous_batch_fails(self) -> bool:
+        """Whether the current weights fail the step check on the previous step's batch.
+
+        The previous weights passed it there (finite loss, and finite gradient
+        unless a float16 scaler is in charge of overflow); if the current ones
+        fail on that same batch, the last update is what broke them. Every
+        process takes the same decision.
+        """
+        if self.guard.previous_batch is None:
+            return False
+        x, y = self.guard.previous_batch
+        self.optimizer.zero_grad(set_to_none=True)
+        # The unwrapped module: a DDP forward and backward would start collectives of their own.
+        with self.precision.autocast():
+            loss = self.loss_fn(self.module(x), y)
+        bad = ~torch.isfinite(loss.detach().double())
+        if self.precision.scaler is None and bool(loss.requires_grad) and not bool(bad):
+            loss.backward()
+            grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+            bad = bad | ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.distributed:
+            bad = bad.to(torch.int64)
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        return bool(bad)
 
     def _validate(self) -> dict[str, float]:
         scores, why_not = evaluate(
@@ -306,6 +381,7 @@ class Run:
         return scores
 
     def _current_weights(self) -> dict[str, torch.Tensor]:
+        # A CPU copy: the best state must not alias the live weights, nor hold GPU memory.
         return cpu_state(self.module) if self.ema is None else self.ema.full_state(self.module)
 
     def _callbacks_stop(self, callbacks, logs) -> bool:
@@ -401,31 +477,14 @@ class Run:
     def _shared_seed(self) -> int:
         if self.config.random_state is not None:
             return int(self.config.random_state)
-        seed = torch.randint(0, 2**31 - 1, (), dtype=torch.int64)
-        if self.distributed:
-            # Every process must split and shuffle identically.
-            seed = seed.to(self.device if self._nccl() else "cpu")
-            dist.broadcast(seed, src=0)
-        return int(seed)
+        # Unseeded: drawn from torch's global generator, rank 0's value for all.
+        return broadcast_seed(int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64)), self.device)
 
 
 def _better(score: float, best: float, config) -> bool:
     if config.selection_metric == "accuracy":
         return score > best
     return score < best
-
-
-def _split(dataset: Dataset, fraction: float, seed: int) -> tuple[Subset, Subset]:
-    n = len(dataset)
-    n_validation = math.ceil(fraction * n)
-    if n_validation >= n:
-        raise ValueError(
-            f"validation_fraction={fraction} leaves no training data out of {n} samples"
-        )
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return Subset(dataset, sorted(order[n_validation:])), Subset(
-        dataset, sorted(order[:n_validation])
-    )
 
 
 def _training_device(device: str, distributed: bool) -> torch.device:

@@ -10,9 +10,21 @@ from typing import Any
 class TrainingDivergedError(ValueError):
     """A non-finite loss or gradient stopped :func:`fit_module`.
 
-    The module was restored to its state before the failing step (the last good
-    weights), moved to the CPU and put in eval mode before this was raised.
+    Before this was raised the module was given the last weights known to be
+    good, moved to the CPU and put in eval mode; its ``module`` attribute is
+    that module. The last good weights are those the failing step started
+    from, unless they give a non-finite loss on the previous step's batch
+    (which the weights before them scored finitely): the previous update broke
+    them, and the weights from before it are restored. Estimators put the
+    network they were fitting there instead.
+
+    Attributes
+    ----------
+    module : torch.nn.Module or None
+        The network with the last good weights (on the CPU, in eval mode).
     """
+
+    module = None
 
     __module__ = "reliacal.training"
 

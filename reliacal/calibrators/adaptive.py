@@ -18,14 +18,19 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset, Subset
 
 from .._device import resolve_device
-from .._torch_estimator import seeded_torch, training_config
+from .._torch_estimator import (
+    TRAINING_CONSTRAINTS,
+    NetworkEstimatorMixin,
+    PositiveIntegers,
+    seeded_torch,
+    training_config,
+)
 from ..training import TrainingDivergedError, fit_module
 from ._base import BaseCalibrator
 from .temperature import TemperatureScaling
@@ -183,24 +188,24 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         self,
         features: torch.Tensor,
         logits: torch.Tensor,
-        n_samples: int,
+        n_draws: int,
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Average ``softmax(z / T(u_s))`` over ``n_samples`` draws ``u_s ~ q(u | h)``.
+        """Average ``softmax(z / T(u_s))`` over ``n_draws`` draws ``u_s ~ q(u | h)``.
 
         Returns the averaged probabilities (B, K) and the mean temperature (B,).
         """
         mean, scale = self.posterior(features)
         probabilities = torch.zeros_like(logits)
         temperatures = torch.zeros_like(logits[:, 0])
-        for _ in range(n_samples):
+        for _ in range(n_draws):
             noise = torch.randn(
                 scale.shape, generator=generator, device=generator.device, dtype=scale.dtype
             ).to(scale.device)
             temperature = self.temperature_of(mean + scale * noise, logits)
             probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
             temperatures += temperature
-        return probabilities / n_samples, temperatures / n_samples
+        return probabilities / n_draws, temperatures / n_draws
 
 
 def _gaussian_kl(
@@ -282,6 +287,17 @@ def _member_seeds(seed: int | None, n_members: int) -> list[int | None]:
     return [seed, *(int(value) & 0x7FFFFFFF for value in drawn)]
 
 
+def _as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.as_tensor``, copying read-only arrays (a DataFrame's values are read-only).
+
+    torch warns on read-only memory it could share; a copy is the same numbers.
+    """
+    array = np.asarray(values)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.as_tensor(array, dtype=dtype)
+
+
 def _geometric_mean(temperatures: list[torch.Tensor]) -> torch.Tensor:
     """``exp(mean log T)`` over the members; one member's own values exactly."""
     if len(temperatures) == 1:
@@ -289,24 +305,7 @@ def _geometric_mean(temperatures: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(temperatures).log().mean(dim=0).exp()
 
 
-def _check_widths(name: str, widths) -> tuple[int, ...]:
-    try:
-        widths = tuple(widths)
-    except TypeError:
-        raise ValueError(
-            f"{name} must be a sequence of positive integers, got {widths!r}"
-        ) from None
-    if not widths or not all(
-        isinstance(width, numbers.Integral) and not isinstance(width, bool) and width > 0
-        for width in widths
-    ):
-        raise ValueError(
-            f"{name} must be a non-empty sequence of positive integers, got {widths!r}"
-        )
-    return tuple(int(width) for width in widths)
-
-
-class AdaptiveTS(BaseCalibrator):
+class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     r"""Sample-dependent adaptive temperature scaling (AdaTS).
 
     Joy, Pinto, Lim, Torr and Dokania, "Sample-dependent Adaptive Temperature
@@ -342,7 +341,7 @@ class AdaptiveTS(BaseCalibrator):
     (the Gaussian KL in closed form, summed over the latent dimensions; ``w``
     are the sample weights scaled to mean 1). Predictions use the posterior
     mean ``u = mu(h)``, so they are deterministic (the authors' code samples
-    ``u`` at test time); ``n_samples > 1`` instead averages ``softmax(z /
+    ``u`` at test time); ``n_draws > 1`` instead averages ``softmax(z /
     T(u_s))`` over draws ``u_s ~ q(u | h)`` from a generator seeded with
     ``random_state``.
 
@@ -381,10 +380,8 @@ class AdaptiveTS(BaseCalibrator):
       layer's weights zero, its bias ``softplus^-1(T)``), so the per-sample
       part only has to learn deviations from the global NLL optimum. The
       published random start begins far from any useful temperature; on a
-      few hundred calibration samples the network then stopped while still
-      worse than a single temperature (on cross-validation halves of the
-      demo's 450 digits, NLL 15% above TemperatureScaling's, 0.1% with this
-      start). The starting point also competes in the epoch selection: when
+      few hundred calibration samples the network then stops while still
+      worse than a single temperature. The starting point also competes in the epoch selection: when
       no epoch's validation NLL is below the single temperature's, the
       per-sample part is dropped (``fell_back``) and ``T(x)`` becomes the
       TemperatureScaling temperature of all the calibration data, training
@@ -394,29 +391,18 @@ class AdaptiveTS(BaseCalibrator):
       head three statistics of ``z / T_0`` (``T_0`` the starting
       temperature): the top log-probability, its margin over the second and
       the entropy, standardised on the training part. The head then reads
-      the confidence directly instead of through the latent code. On the 10
-      tuning splits of ``benchmarks/adaptive_ts_variants.py`` it moved the
-      ECE gap to TemperatureScaling in AdaptiveTS's favour on all four CIFAR
-      records (e.g. WRN CIFAR-100 -1.57 instead of -1.36 points, LeNet
-      CIFAR-100 -0.11 instead of -0.05) but not on the digits ViT with
-      features (-0.01 instead of -0.16, NLL +0.8%), so it is an option to
-      tune, not the default;
+      the confidence directly instead of through the latent code; whether it
+      helps depends on the data, so it is an option to tune, not the default;
     - ``n_members > 1`` (1 by default, as published) trains that many
       networks, each with its own seed and so its own initialisation,
       validation split and mini-batches, and divides the logits by the
-      geometric mean of their temperatures. One network's ECE moves with its
-      seed by about as much as it differs from TemperatureScaling's on the
-      CIFAR records (the ``seed + 100`` rows of
-      ``benchmarks/results/posthoc_quality.md``); the mean of several is
-      steadier. ``confidence_inputs=True, n_members=5`` is the combination
-      chosen on the tuning splits of ``benchmarks/adaptive_ts_variants.py``
-      (ECE gap to TemperatureScaling -0.20, +0.09, -0.14, -1.67 points on
-      LeNet C10, WRN C10, LeNet C100, WRN C100; -0.16 on the digits ViT with
-      features; NLL lower on all five). On the unseen splits of
-      ``benchmarks/posthoc_quality.py`` it measured ECE 1.66 / 1.08 / 1.05 /
-      2.78 % against TemperatureScaling's 1.93 / 0.96 / 1.11 / 4.17 %, and
-      2.26 % against 2.43 % on the digits, with a lower NLL on all five (WRN
-      CIFAR-100 -3.3%, digits -1.7%); it loses on WRN CIFAR-10.
+      geometric mean of their temperatures: one network's ECE moves with its
+      seed, the mean of several is steadier.
+
+    Measured effects of these choices (the variants on tuning splits, the
+    defaults and ``confidence_inputs=True, n_members=5`` on unseen splits)
+    are in ``benchmarks/results/adaptive_ts_variants.md`` and
+    ``benchmarks/results/posthoc_quality.md``.
 
     Parameters
     ----------
@@ -448,9 +434,10 @@ class AdaptiveTS(BaseCalibrator):
     n_iter_no_change : int or None, default=10
         Stop after this many epochs without a lower validation NLL; ``None``
         trains for ``max_epochs``. Needs ``validation_fraction > 0``.
-    n_samples : int, default=1
+    n_draws : int, default=1
         1: predict at the posterior mean of ``u`` (deterministic). More:
         average the probabilities over this many sampled ``u`` (seeded).
+        Read at each prediction, so it may be changed after ``fit``.
     initial_temperature : "ts" or None, default="ts"
         ``"ts"``: start ``T(x)`` at the temperature of
         :class:`TemperatureScaling` fitted on the training part, and keep
@@ -482,7 +469,7 @@ class AdaptiveTS(BaseCalibrator):
         Seeds the network's initialisation, the validation split, the
         shuffling and the latent samples of training (of the first member;
         the others' seeds are drawn from it), and the generator of
-        ``n_samples > 1``. An int makes fits reproducible on the CPU.
+        ``n_draws > 1``. An int makes fits reproducible on the CPU.
     input : {"logits", "probs"}, default="logits"
         ``"probs"``: the logit columns (or the backbone's outputs) are
         probabilities; their logs are used.
@@ -498,7 +485,7 @@ class AdaptiveTS(BaseCalibrator):
         Backbone autocast on CUDA (the calibration network trains in float32).
     memory : joblib.Memory, str or path, default=None
         Cache of the backbone outputs, e.g. for a grid search.
-    verbose : int, default=0
+    verbose : int or bool, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
 
     Attributes
@@ -513,10 +500,11 @@ class AdaptiveTS(BaseCalibrator):
         part; ``None`` with ``initial_temperature=None``), ``fell_back``
         (whether that single temperature beat every epoch on the validation
         part; ``T(x)`` is then the TemperatureScaling temperature of all the
-        calibration data) and ``random_state`` (the member's seed). After a
-        :class:`~reliacal.training.TrainingDivergedError` the last member
-        holds the last good weights (from before the step whose loss was not
-        finite) and the members before it are complete.
+        calibration data) and ``random_state`` (the member's seed). A
+        :class:`~reliacal.training.TrainingDivergedError` leaves the estimator
+        unfitted: the error's ``module`` is the diverging member's network
+        with the last good weights, its ``members`` the members trained
+        before it.
     feature_mean_, feature_scale_ : ndarray of shape (D,)
         Standardisation of the features (scale 1 for constant features).
     classes_ : ndarray of shape (K,)
@@ -570,23 +558,25 @@ class AdaptiveTS(BaseCalibrator):
     (300,)
     """
 
+    _split_stream = "numpy"
+
     _parameter_constraints: dict = {
         **BaseCalibrator._parameter_constraints,
         "n_logits": [Interval(numbers.Integral, 2, None, closed="left"), None],
         "latent_dim": [Interval(numbers.Integral, 1, None, closed="left")],
-        "hidden_layer_sizes": [StrOptions({"auto"}), "array-like"],
-        "temperature_hidden_sizes": ["array-like"],
-        "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
-        "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
-        "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
-        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="left")],
-        "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "hidden_layer_sizes": [StrOptions({"auto"}), PositiveIntegers()],
+        "temperature_hidden_sizes": [PositiveIntegers()],
+        "learning_rate": TRAINING_CONSTRAINTS["learning_rate"],
+        "max_epochs": TRAINING_CONSTRAINTS["max_epochs"],
+        "weight_decay": TRAINING_CONSTRAINTS["weight_decay"],
+        "validation_fraction": TRAINING_CONSTRAINTS["validation_fraction"],
+        "n_iter_no_change": TRAINING_CONSTRAINTS["n_iter_no_change"],
+        "n_draws": [Interval(numbers.Integral, 1, None, closed="left")],
         "initial_temperature": [StrOptions({"ts"}), None],
         "confidence_inputs": ["boolean"],
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
         "loss": [StrOptions({"elbo"}), callable],
-        "random_state": ["random_state"],
+        "random_state": TRAINING_CONSTRAINTS["random_state"],
     }
 
     def __init__(
@@ -601,7 +591,7 @@ class AdaptiveTS(BaseCalibrator):
         weight_decay: float = 0.0,
         validation_fraction: float = 0.2,
         n_iter_no_change: int | None = 10,
-        n_samples: int = 1,
+        n_draws: int = 1,
         initial_temperature: str | None = "ts",
         confidence_inputs: bool = False,
         n_members: int = 1,
@@ -625,7 +615,7 @@ class AdaptiveTS(BaseCalibrator):
         self.weight_decay = weight_decay
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
-        self.n_samples = n_samples
+        self.n_draws = n_draws
         self.initial_temperature = initial_temperature
         self.confidence_inputs = confidence_inputs
         self.n_members = n_members
@@ -669,10 +659,8 @@ class AdaptiveTS(BaseCalibrator):
         if isinstance(self.hidden_layer_sizes, str) and self.hidden_layer_sizes == "auto":
             hidden = _auto_hidden_sizes(features.shape[1])
         else:
-            hidden = _check_widths("hidden_layer_sizes", self.hidden_layer_sizes)
-        temperature_hidden = _check_widths(
-            "temperature_hidden_sizes", self.temperature_hidden_sizes
-        )
+            hidden = tuple(int(width) for width in self.hidden_layer_sizes)
+        temperature_hidden = tuple(int(width) for width in self.temperature_hidden_sizes)
         n_samples = logits.shape[0]
         mean = features.mean(axis=0, dtype=np.float64)
         scale = features.std(axis=0, dtype=np.float64)
@@ -685,36 +673,29 @@ class AdaptiveTS(BaseCalibrator):
             weights = sample_weight * (n_samples / sample_weight.sum())
         data = _CalibrationData(
             self._standardised(features),
-            torch.as_tensor(logits, dtype=torch.float32),
+            _as_tensor(logits, torch.float32),
             torch.as_tensor(weights, dtype=torch.float32),
             torch.as_tensor(y_index, dtype=torch.int64),
         )
-        seed = self._seed()
+        seed = self._fit_seed()
         self.sampling_seed_ = 0 if seed is None else seed
-        # Filled member by member, so that a divergence keeps the members already trained.
+        # Filled member by member; a divergence hands the members already trained to the error.
         self.members_ = []
-        for index, member_seed in enumerate(_member_seeds(seed, self.n_members)):
-            if self.verbose and self.n_members > 1:
-                print(f"AdaptiveTS: member {index + 1} of {self.n_members}", flush=True)
-            self._fit_member(
-                data, logits, y_index, weights, member_seed, hidden, temperature_hidden
-            )
+        with self._divergence_policy():
+            for index, member_seed in enumerate(_member_seeds(seed, self.n_members)):
+                if self.verbose and self.n_members > 1:
+                    print(f"AdaptiveTS: member {index + 1} of {self.n_members}", flush=True)
+                self._fit_member(
+                    data, logits, y_index, weights, member_seed, hidden, temperature_hidden
+                )
 
     def _fit_member(self, data, logits, y_index, weights, seed, hidden, temperature_hidden) -> None:
         """Train one network on its own seeded split of ``data``; append it to ``members_``."""
-        n_samples = len(data)
         # The split is made here, not by the trainer, so that the global temperature is
         # fitted on the training part alone and scored on the same validation part.
-        n_validation = math.ceil(self.validation_fraction * n_samples)
-        if n_validation >= n_samples:
-            raise ValueError(
-                f"validation_fraction={self.validation_fraction} leaves no training data out "
-                f"of {n_samples} samples"
-            )
-        order = check_random_state(seed).permutation(n_samples)
-        train_rows, validation_rows = np.sort(order[n_validation:]), np.sort(order[:n_validation])
+        train_rows, validation_rows = self._split(len(data), seed)
         train_data = Subset(data, train_rows.tolist())
-        validation_data = Subset(data, validation_rows.tolist()) if n_validation else None
+        validation_data = Subset(data, validation_rows.tolist()) if len(validation_rows) else None
         with seeded_torch(seed):
             network = _AdaptiveTemperatureNetwork(
                 data.features.shape[1],
@@ -735,8 +716,6 @@ class AdaptiveTS(BaseCalibrator):
                 data.logits[train_rows], 1.0 if global_ts is None else global_ts.temperature_
             )
         initial_temperature = None if global_ts is None else global_ts.temperature_
-        # In members_ before training: a divergence leaves its last good weights there.
-        self.members_.append(AdaptiveTSMember(network, [], 0, initial_temperature, False, seed))
         # The published optimiser: Adam (AdamW with weight_decay=0), constant rate, no
         # clipping; float32 throughout; the epoch of lowest validation NLL is kept.
         config = training_config(
@@ -748,6 +727,7 @@ class AdaptiveTS(BaseCalibrator):
                 "weight_decay",
                 "n_iter_no_change",
                 "device",
+                "verbose",
             ),
             validation_fraction=0.0,
             optimizer="adamw",
@@ -756,7 +736,6 @@ class AdaptiveTS(BaseCalibrator):
             grad_clip_norm=None,
             mixed_precision=False,
             selection_metric="nll",
-            verbose=int(self.verbose),
             random_state=seed,
         )
         try:
@@ -769,11 +748,14 @@ class AdaptiveTS(BaseCalibrator):
                 logits_fn=_output_logits,
             )
         except TrainingDivergedError as error:
-            index = len(self.members_) - 1
-            raise TrainingDivergedError(
-                f"AdaptiveTS: {error} The network with the last good weights is kept in "
-                f"members_[{index}].network."
-            ) from error
+            index = len(self.members_)
+            diverged = TrainingDivergedError(
+                f"AdaptiveTS member {index + 1} of {self.n_members}: {error} The error's "
+                f"module is that network with the last good weights, its members the {index} "
+                "members trained before it; the estimator is left unfitted."
+            )
+            diverged.module, diverged.members = network, list(self.members_)
+            raise diverged from error
         fell_back = False
         if global_ts is not None and validation_data is not None:
             # The starting point (one temperature) is a candidate of the selection too:
@@ -791,8 +773,10 @@ class AdaptiveTS(BaseCalibrator):
                 network.start_at(refitted.temperature_)
                 fell_back = True
         best_epoch = result.best_epoch if result.best_epoch else len(result.history)
-        self.members_[-1] = AdaptiveTSMember(
-            network, result.history, best_epoch, initial_temperature, fell_back, seed
+        self.members_.append(
+            AdaptiveTSMember(
+                network, result.history, best_epoch, initial_temperature, fell_back, seed
+            )
         )
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
@@ -804,7 +788,7 @@ class AdaptiveTS(BaseCalibrator):
         """Return the per-sample temperatures ``T(x)`` (float64, all > 0).
 
         With ``n_members > 1`` each is the geometric mean of the members'
-        temperatures; with ``n_samples > 1``, of their mean temperatures over
+        temperatures; with ``n_draws > 1``, of their mean temperatures over
         the sampled latent codes (the probabilities are then the average of
         all the members' sampled probabilities).
 
@@ -817,7 +801,7 @@ class AdaptiveTS(BaseCalibrator):
         -------
         ndarray of shape (n_samples,)
             ``T(x)`` of each sample; the calibrated logits are ``z / T(x)``
-            (for ``n_samples=1``).
+            (for ``n_draws=1``).
 
         Examples
         --------
@@ -836,13 +820,6 @@ class AdaptiveTS(BaseCalibrator):
         return temperatures
 
     # -------------------------------------------------------------- helpers
-    def _seed(self) -> int | None:
-        if self.random_state is None:
-            return None
-        if isinstance(self.random_state, numbers.Integral):
-            return int(self.random_state)
-        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-
     def _standardised(self, features: np.ndarray) -> torch.Tensor:
         standardised = (np.asarray(features, dtype=np.float64) - self.feature_mean_) / (
             self.feature_scale_
@@ -857,8 +834,6 @@ class AdaptiveTS(BaseCalibrator):
                 f"the features have {features.shape[1]} columns, but AdaptiveTS was fitted "
                 f"with {self.feature_mean_.shape[0]}"
             )
-        if not isinstance(self.n_samples, numbers.Integral) or self.n_samples < 1:
-            raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}")
         device = resolve_device(self.device)
         networks = [member.network for member in self.members_]
         if device.type != "cpu":  # the fitted networks stay on the CPU, for pickling
@@ -866,13 +841,13 @@ class AdaptiveTS(BaseCalibrator):
         networks = [network.to(device).eval() for network in networks]
         generator = torch.Generator(device=device).manual_seed(self.sampling_seed_)
         h_all = self._standardised(features)
-        z_all = torch.as_tensor(np.asarray(logits), dtype=torch.float64)
+        z_all = _as_tensor(logits, torch.float64)
         calibrated, temperatures = [], []
         with torch.no_grad():
             for start in range(0, len(z_all), _INFERENCE_ROWS):
                 h = h_all[start : start + _INFERENCE_ROWS].to(device)
                 z = z_all[start : start + _INFERENCE_ROWS].to(device)
-                if self.n_samples == 1:
+                if self.n_draws == 1:
                     temperature = _geometric_mean(
                         [
                             network.temperature_of(network.posterior(h)[0], z).double()
@@ -882,7 +857,7 @@ class AdaptiveTS(BaseCalibrator):
                     calibrated.append((z / temperature[:, None]).cpu())
                 else:
                     sampled = [
-                        network.sampled_probabilities(h, z, int(self.n_samples), generator)
+                        network.sampled_probabilities(h, z, int(self.n_draws), generator)
                         for network in networks
                     ]
                     probabilities = torch.stack([p for p, _ in sampled]).mean(dim=0)

@@ -445,32 +445,32 @@ class DirectorStudent(nn.Module):
         return self.backbone.classify(self.backbone.finish(self.readout_mlp(h), context))
 
     def sample_logits(
-        self, x: object, n_samples: int, generator: torch.Generator | None = None
+        self, x: object, n_draws: int, generator: torch.Generator | None = None
     ) -> Tensor:
-        """Logits of ``n_samples`` sampled paths per input, shape ``(n_samples, B, K)``.
+        """Logits of ``n_draws`` sampled paths per input, shape ``(n_draws, B, K)``.
 
         The embedding and frozen front run once; the paths run as one batch.
         """
         h, context = self.start(x)
-        return self.sample_from_state(h, context, n_samples, generator)
+        return self.sample_from_state(h, context, n_draws, generator)
 
     def sample_from_state(
         self,
         h: Tensor,
         context: object,
-        n_samples: int,
+        n_draws: int,
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """:meth:`sample_logits` from a given start state ``h_{L-k}``."""
         batch = h.shape[0]
         mask = key_padding_mask(context)
-        h = h.repeat(n_samples, *([1] * (h.ndim - 1)))
+        h = h.repeat(n_draws, *([1] * (h.ndim - 1)))
         if mask is not None:
-            mask = mask.repeat(n_samples, 1)
+            mask = mask.repeat(n_draws, 1)
         if isinstance(context, Tensor):
-            context = context.repeat(n_samples, *([1] * (context.ndim - 1)))
+            context = context.repeat(n_draws, *([1] * (context.ndim - 1)))
         logits = self.readout(self.rollout(h, mask, generator), context)
-        return logits.reshape(n_samples, batch, -1)
+        return logits.reshape(n_draws, batch, -1)
 
 
 def build_student(
@@ -534,17 +534,17 @@ class DirectorTrainingModule(nn.Module):
       with ``sigma^q = 0`` (a softmax-attention teacher is deterministic);
     - ``logits``: in training mode from one path sampled by the student's own
       rollout (reparameterised, so the cross-entropy trains the noise head);
-      in evaluation mode ``log`` of the mean of ``n_eval_samples`` sampled
+      in evaluation mode ``log`` of the mean of ``n_eval_draws`` sampled
       softmaxes, the quantity ``predict_proba`` reports.
 
     The teacher stays in evaluation mode whatever ``train()`` is asked.
     """
 
-    def __init__(self, teacher: nn.Module, student: DirectorStudent, n_eval_samples: int = 1):
+    def __init__(self, teacher: nn.Module, student: DirectorStudent, n_eval_draws: int = 1):
         super().__init__()
         self.teacher = teacher
         self.student = student
-        self.n_eval_samples = n_eval_samples
+        self.n_eval_draws = n_eval_draws
 
     def train(self, mode: bool = True) -> DirectorTrainingModule:
         super().train(mode)
@@ -588,7 +588,7 @@ class DirectorTrainingModule(nn.Module):
         if self.training:
             logits = student.sample_from_state(start, start_context, 1)[0]
         else:
-            sampled = student.sample_from_state(start, start_context, self.n_eval_samples)
+            sampled = student.sample_from_state(start, start_context, self.n_eval_draws)
             log_probs = torch.log_softmax(sampled.float(), dim=-1)
-            logits = torch.logsumexp(log_probs, dim=0) - math.log(self.n_eval_samples)
+            logits = torch.logsumexp(log_probs, dim=0) - math.log(self.n_eval_draws)
         return logits, mean_error, noise_error

@@ -1,27 +1,30 @@
-"""What the fine-tuning estimators share: trainer settings and batched inference.
+"""What the fine-tuning estimators share: trainer settings, input checks, batched inference.
 
 :class:`~reliacal.finetune.CalAttnFinetuner` and
 :class:`~reliacal.finetune.DiffusionReconfigurer` take the same training
-settings under the same names and run their fitted network over a
-``Dataset`` the same way; the method-specific parts stay in their modules.
+settings under the same names, check their inputs the same way and run their
+fitted network over a ``Dataset`` the same way; the seed, split and
+divergence policy come from :class:`reliacal._torch_estimator.NetworkEstimatorMixin`
+(shared with AdaptiveTS); the method-specific parts stay in their modules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
-from reliacal._data import make_loader
-from reliacal._device import to_device
-from reliacal._torch_estimator import training_config
+from reliacal._data import as_dataset, make_loader
+from reliacal._device import resolve_device, to_device
+from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
 from reliacal.calibrators import ClassLabelMixin
-from reliacal.training import TrainingConfig
+from reliacal.training import TrainingConfig, TrainingDivergedError
 
 # Estimator parameters that are TrainingConfig fields of the same name and meaning.
 _TRAINING_PARAMETERS = (
@@ -41,8 +44,61 @@ _TRAINING_PARAMETERS = (
 BatchForward = Callable[[nn.Module, Any], tuple[torch.Tensor, ...]]
 
 
-class FinetuneEstimator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
     """Base of the fine-tuning estimators (private; subclasses define ``__init__``)."""
+
+    _parameter_constraints: dict = {
+        "backbone": "no_validation",
+        **{name: TRAINING_CONSTRAINTS[name] for name in _TRAINING_PARAMETERS},
+        "validation_fraction": TRAINING_CONSTRAINTS["validation_fraction"],
+        "random_state": TRAINING_CONSTRAINTS["random_state"],
+        "classes": ["array-like", None],
+    }
+
+    def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
+        """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values."""
+        resolve_device(self.device)  # a device name torch does not know fails here, clearly
+        dataset, labels = as_dataset(X, y, require_y=True)
+        check_finite_inputs(X)
+        return dataset, labels
+
+    @contextlib.contextmanager
+    def _explaining_input_errors(self, backbone: nn.Module, dataset: Dataset) -> Iterator[None]:
+        """Turn a failure of the backbone on inputs of the wrong form into a clear ValueError.
+
+        Such inputs fail deep inside the model (timm's image-size assertion,
+        "not enough values to unpack" for a missing channel axis) at the first
+        training step. When the block fails, the backbone is run on one item:
+        if that fails too, the inputs are the cause and the error says what
+        was expected; otherwise the original error stands. Checking only on
+        failure keeps a successful fit free of an extra forward pass.
+        """
+        try:
+            yield
+        except TrainingDivergedError:
+            raise
+        except (AssertionError, RuntimeError, ValueError, TypeError, IndexError):
+            self._check_backbone_reads(backbone, dataset)
+            raise
+
+    def _check_backbone_reads(self, backbone: nn.Module, dataset: Dataset) -> None:
+        """Run the backbone on one item; raise a ValueError saying what it expects if it fails."""
+        x, _ = dataset[0]
+        was_training = backbone.training
+        device = next(backbone.parameters()).device
+        try:
+            with torch.no_grad():
+                backbone.eval()(to_device(_one_item_batch(x), device))
+        except (AssertionError, RuntimeError, ValueError, TypeError, IndexError) as error:
+            raise ValueError(
+                f"the backbone cannot read the inputs: one item has {_describe(x)}, and "
+                f"{type(backbone.model).__name__} fails on a batch of it with "
+                f"{type(error).__name__}: {error}. Images must be (n, C, H, W) arrays "
+                "with the channels and size the model was built for; text models take "
+                "token ids (n, L) or a dict of such arrays"
+            ) from error
+        finally:
+            backbone.train(was_training)
 
     def _training_config(self, **settings: Any) -> TrainingConfig:
         """The trainer's settings: the shared parameters, plus the method's own ``settings``."""
@@ -83,6 +139,45 @@ class FinetuneEstimator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             module.to("cpu")
         outputs = tuple(torch.cat(values).numpy() for values in zip(*parts))
         return outputs, np.concatenate(labels) if keep_labels else None
+
+
+def check_finite_inputs(X: Any) -> None:
+    """Refuse floating arrays or tensors (or dicts of them) holding NaN or infinity.
+
+    Datasets and DataLoaders are not read here: their values reach the NaN
+    guard of the training loop and the validation checks instead.
+    """
+    arrays = X.items() if isinstance(X, dict) else [("X", X)]
+    for name, value in arrays:
+        label = name if name == "X" else f"X[{name!r}]"
+        if isinstance(value, torch.Tensor):
+            finite = not value.is_floating_point() or bool(torch.isfinite(value).all())
+        elif isinstance(value, Dataset | DataLoader):
+            continue
+        else:
+            array = np.asarray(value)
+            finite = array.dtype.kind not in "fc" or bool(np.isfinite(array).all())
+        if not finite:
+            raise ValueError(
+                f"{label} contains NaN or infinity; the network cannot learn from or predict "
+                "on such inputs: clean or impute them first"
+            )
+
+
+def _one_item_batch(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {key: value[None] for key, value in x.items()}
+    if isinstance(x, tuple | list):
+        return tuple(value[None] for value in x)
+    return x[None]
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, dict):
+        return "keys " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in x.items())
+    if isinstance(x, tuple | list):
+        return "parts of shapes " + ", ".join(str(tuple(v.shape)) for v in x)
+    return f"shape {tuple(x.shape)}"
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -12,228 +12,38 @@ from __future__ import annotations
 
 import copy
 import numbers
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
-from sklearn.utils import check_random_state
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
-from torch import nn
 from torch.utils.data import Subset
 
 from reliacal._data import as_dataset
 from reliacal._device import resolve_device
-from reliacal._torch_estimator import seeded_torch
-from reliacal._training.checkpoint import check_checkpoint_dir, read_seed_file, write_seed_file
-from reliacal.backbones import BackboneAdapter, BackboneOutput, as_backbone
+from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
+from reliacal.backbones import as_backbone
 from reliacal.calibrators import TemperatureScaling
-from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
-from reliacal.finetune.losses import brier_loss, get_base_loss
-from reliacal.training import TrainingConfig, TrainingDivergedError, fit_module
+from reliacal.finetune._calattn_network import (
+    TOKENS,
+    CalAttnLoss,
+    CalAttnNetwork,
+    CalAttnOutput,
+    calibrated_logits,
+    float64_outputs,
+    resolve_token,
+)
+from reliacal.finetune._estimator import (
+    FinetuneEstimator,
+    check_finite_inputs,
+    count_parameters,
+)
+from reliacal.finetune.losses import BASE_LOSSES, get_base_loss
+from reliacal.training import TrainingConfig, fit_module
 
 __all__ = ["CalAttnFinetuner"]
-
-TOKENS = ("cls", "patch_mean", "concat", "pooled")
-SCALE_FLOOR = 1e-6
-
-
-class _CalAttnOutput(NamedTuple):
-    """What one forward pass of the CalAttn network returns (a tuple, so DDP can read it)."""
-
-    calibrated_logits: torch.Tensor
-    scale: torch.Tensor
-    logits: torch.Tensor
-
-
-class _ScaleHead(nn.Module):
-    """``s(h) = softplus(W2 gelu(W1 h + b1) + b2) + 1e-6``, default PyTorch initialisation."""
-
-    def __init__(self, in_features: int, hidden: int) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(
-            nn.Linear(in_features, hidden), nn.GELU(), nn.Linear(hidden, 1), nn.Softplus()
-        )
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.layers(features).squeeze(-1).float() + SCALE_FLOOR
-
-
-class _CalAttnNetwork(nn.Module):
-    """A backbone adapter and the scale head that reads its tokens, in one forward pass.
-
-    ``scale_head=None`` is plain fine-tuning (the scale is fixed to 1): the
-    baseline the method is compared with.
-    """
-
-    def __init__(
-        self,
-        backbone: BackboneAdapter,
-        *,
-        token: str,
-        hidden: int,
-        calibration_head: bool,
-        freeze_backbone: bool,
-    ) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.token = token
-        self.freeze_backbone = freeze_backbone
-        self.in_features = _head_width(backbone, token)
-        self.scale_head = _ScaleHead(self.in_features, hidden) if calibration_head else None
-        if freeze_backbone:
-            self.backbone.requires_grad_(False)
-
-    def train(self, mode: bool = True) -> _CalAttnNetwork:
-        super().train(mode)
-        if self.freeze_backbone:
-            # A frozen backbone is a fixed function: no dropout, no batch-norm statistics.
-            self.backbone.eval()
-        return self
-
-    def features(self, output: BackboneOutput) -> torch.Tensor:
-        """The input of the scale head, read from the backbone's single forward pass."""
-        if self.token == "pooled":
-            return output.pooled
-        tokens = output.tokens
-        if self.token == "cls":
-            return tokens[:, 0]
-        if tokens.ndim == 4:  # Swin's (B, H, W, D) map: every position is a patch
-            patch_mean = tokens.mean(dim=(1, 2))
-        elif tokens.ndim == 3:
-            patch_mean = tokens[:, self.backbone.num_prefix_tokens :].mean(dim=1)
-        else:
-            raise ValueError(
-                f"token={self.token!r} needs a token sequence, but the backbone's tokens have "
-                f"shape {tuple(tokens.shape)}; use token='pooled'"
-            )
-        if self.token == "patch_mean":
-            return patch_mean
-        return torch.cat([tokens[:, 0], patch_mean], dim=1)
-
-    def forward(self, x: Any) -> _CalAttnOutput:
-        # Frozen: the head's gradient needs only the logits' values, not the backbone's graph.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_backbone):
-            output = self.backbone(x)
-        logits = output.logits.float()
-        if self.scale_head is None:
-            scale = torch.ones(logits.shape[0], dtype=logits.dtype, device=logits.device)
-        else:
-            features = self.features(output)
-            if features.shape[-1] != self.in_features:
-                raise ValueError(
-                    f"the scale head expects {self.in_features} features but token="
-                    f"{self.token!r} gives {features.shape[-1]}; use token='pooled'"
-                )
-            scale = self.scale_head(features)
-        return _CalAttnOutput(logits / scale[:, None], scale, logits)
-
-
-def _head_width(backbone: BackboneAdapter, token: str) -> int:
-    width = backbone.num_features
-    if width is None:
-        raise ValueError(
-            "the backbone does not tell its feature width (num_features); wrap it with "
-            "reliacal.backbones.as_backbone(model, features=..., head=...) around a Linear head"
-        )
-    return 2 * int(width) if token == "concat" else int(width)
-
-
-def _resolve_token(token: str, backbone: BackboneAdapter) -> str:
-    if token not in TOKENS:
-        raise ValueError(f"token must be one of {TOKENS}, got {token!r}")
-    if backbone.has_cls_token:
-        return token
-    if token == "cls":
-        # Swin-like backbones have no class token: their pooled pre-logits play its role.
-        return "pooled"
-    if token == "concat":
-        raise ValueError(
-            f"token='concat' needs a class token, and the {type(backbone.model).__name__} "
-            "backbone has none; use token='patch_mean' or 'pooled'"
-        )
-    return token
-
-
-class _CalAttnLoss:
-    """``base_loss(z / s, y) + lambda_brier * Brier(softmax(z / s), y)``; picklable."""
-
-    def __init__(self, base_loss, lambda_brier: float, n_classes: int) -> None:
-        self.base_loss = base_loss
-        self.lambda_brier = lambda_brier
-        self.n_classes = n_classes
-
-    def __call__(self, outputs: _CalAttnOutput, target: torch.Tensor) -> torch.Tensor:
-        if bool(((target < 0) | (target >= self.n_classes)).any()):
-            raise ValueError(
-                f"training labels must be class indices in [0, {self.n_classes}); got values "
-                f"from {int(target.min())} to {int(target.max())}"
-            )
-        logits = outputs.calibrated_logits
-        loss = self.base_loss(logits, target)
-        if self.lambda_brier:
-            loss = loss + self.lambda_brier * brier_loss(logits, target)
-        return loss
-
-
-def _calibrated_logits(outputs: _CalAttnOutput) -> torch.Tensor:
-    return outputs.calibrated_logits
-
-
-def _shared_seed(random_state) -> int:
-    """The seed of the head, the split and the trainer; under DDP every process gets rank 0's."""
-    seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-    if isinstance(random_state, numbers.Integral):
-        return seed
-    distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized():
-        holder = [seed]
-        distributed.broadcast_object_list(holder, src=0)
-        seed = int(holder[0])
-    return seed
-
-
-def _resumable_seed(seed: int, checkpoint_dir: str | None) -> int:
-    """The seed a run in ``checkpoint_dir`` started with, else ``seed`` (recorded there).
-
-    Without an integer ``random_state`` every fit draws a new seed; a fit that
-    resumes an interrupted run must reuse the interrupted run's seed, or the
-    split and the trainer's configuration would differ from the checkpoint's.
-    """
-    if checkpoint_dir is None:
-        return seed
-    path = check_checkpoint_dir(checkpoint_dir) / "calattn_seed.json"
-    if path.is_file():
-        return read_seed_file(path)
-    distributed = torch.distributed
-    if not (distributed.is_available() and distributed.is_initialized()) or (
-        distributed.get_rank() == 0
-    ):
-        write_seed_file(path, seed)
-    return seed
-
-
-def _split_indices(n: int, fraction: float, labels: np.ndarray | None, seed: int):
-    """Seeded train/validation indices; stratified when the labels are known and allow it."""
-    n_validation = int(np.ceil(fraction * n))
-    if n_validation >= n:
-        raise ValueError(
-            f"validation_fraction={fraction} leaves no training data out of {n} samples"
-        )
-    indices = np.arange(n)
-    stratify = None
-    if labels is not None:
-        _, counts = np.unique(labels, return_counts=True)
-        if counts.min() >= 2 and n_validation >= len(counts) and n - n_validation >= len(counts):
-            stratify = labels
-    train, validation = train_test_split(
-        indices, test_size=n_validation, random_state=seed, stratify=stratify
-    )
-    return np.sort(train), np.sort(validation)
-
-
-def _float64_outputs(module: nn.Module, x: Any) -> _CalAttnOutput:
-    return _CalAttnOutput(*(value.double() for value in module(x)))
 
 
 class CalAttnFinetuner(FinetuneEstimator):
@@ -312,17 +122,17 @@ mixed_precision, checkpoint_dir, device, verbose
         Applied to each training batch ``x`` (on the device), e.g. data
         augmentation; never to validation data.
     classes : array-like of shape (K,) or None, default=None
-        The label of each logit column. ``None``: integer labels in
-        ``[0, K)`` are the column indices; other labels must be exactly K
-        distinct values (sorted order gives the columns).
+        The label of each logit column, in column order. ``None``: the labels
+        are the column indices ``0..K-1``, and any other label (a string, an
+        integer out of range) is refused: name the columns with ``classes``.
 
     Attributes
     ----------
     classes_ : ndarray of shape (K,)
         The label of each column of ``predict_proba``.
-    module_ : torch.nn.Module
-        The trained network (backbone adapter ``module_.backbone`` and head
-        ``module_.scale_head``), on the CPU.
+    network_ : torch.nn.Module
+        The trained network (backbone adapter ``network_.backbone`` and head
+        ``network_.scale_head``), on the CPU.
     token_ : str
         The token mode used (``"pooled"`` where ``"cls"`` fell back).
     n_extra_parameters_ : int
@@ -426,40 +236,47 @@ mixed_precision, checkpoint_dir, device, verbose
         self.train_transform = train_transform
         self.classes = classes
 
+    _split_stream = "stratified"
+    # An int random_state seeds the NumPy generator that draws the fit's seed.
+    _seed_from_int = True
+
+    _parameter_constraints: dict = {
+        **FinetuneEstimator._parameter_constraints,
+        "token": [StrOptions(set(TOKENS))],
+        "hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "base_loss": [StrOptions(set(BASE_LOSSES)), callable],
+        "lambda_brier": [Interval(numbers.Real, 0, None, closed="left")],
+        "label_smoothing": [Interval(numbers.Real, 0, 1, closed="left")],
+        "focal_gamma": [Interval(numbers.Real, 0, None, closed="left")],
+        "freeze_backbone": ["boolean"],
+        "calibration_head": ["boolean"],
+        "post_hoc": [StrOptions({"temperature"}), None],
+        "optimizer": TRAINING_CONSTRAINTS["optimizer"],
+        "grad_clip_norm": TRAINING_CONSTRAINTS["grad_clip_norm"],
+        "train_transform": [callable, None],
+    }
+
     # Fitting -----------------------------------------------------------------------------
 
-    def _check_params(self) -> None:
-        if isinstance(self.hidden, bool) or not isinstance(self.hidden, numbers.Integral):
-            raise ValueError(f"hidden must be a positive integer, got {self.hidden!r}")
-        if self.hidden < 1:
-            raise ValueError(f"hidden must be a positive integer, got {self.hidden!r}")
-        lam = self.lambda_brier
-        if not isinstance(lam, numbers.Real) or isinstance(lam, bool) or not 0 <= lam < np.inf:
-            raise ValueError(f"lambda_brier must be a finite number >= 0, got {lam!r}")
-        if self.post_hoc not in (None, "temperature"):
-            raise ValueError(f"post_hoc must be None or 'temperature', got {self.post_hoc!r}")
+    def _check_combinations(self) -> None:
+        """The settings that are valid alone but not together."""
         if self.post_hoc is not None and not self.validation_fraction:
             raise ValueError(
                 "post_hoc='temperature' fits on the held-out validation split: "
                 "set validation_fraction > 0"
             )
-        for name in ("freeze_backbone", "calibration_head"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.freeze_backbone and not self.calibration_head:
             raise ValueError(
                 "freeze_backbone=True with calibration_head=False leaves nothing to train"
             )
-        if self.train_transform is not None and not callable(self.train_transform):
-            raise ValueError("train_transform must be a callable applied to a batch, or None")
 
-    def _build_network(self, seed: int) -> _CalAttnNetwork:
+    def _build_network(self, seed: int) -> CalAttnNetwork:
         with seeded_torch(seed):
             adapter = as_backbone(self.backbone)
             # fit trains a copy: the caller's model stays as it was, and refits start alike.
             adapter = copy.deepcopy(adapter)
-            token = _resolve_token(self.token, adapter)
-            return _CalAttnNetwork(
+            token = resolve_token(self.token, adapter)
+            return CalAttnNetwork(
                 adapter,
                 token=token,
                 hidden=self.hidden,
@@ -467,6 +284,7 @@ mixed_precision, checkpoint_dir, device, verbose
                 freeze_backbone=self.freeze_backbone,
             )
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> CalAttnFinetuner:
         """Fine-tune the backbone and the scale head on ``(X, y)``.
 
@@ -491,11 +309,11 @@ mixed_precision, checkpoint_dir, device, verbose
             unfitted; the error's ``module`` attribute holds the network with
             the last good weights.
         """
-        self._check_params()
+        self._check_combinations()
         base = get_base_loss(
             self.base_loss, label_smoothing=self.label_smoothing, focal_gamma=self.focal_gamma
         )
-        seed = _resumable_seed(_shared_seed(self.random_state), self.checkpoint_dir)
+        seed = self._fit_seed()
         config = self._training_config(
             optimizer=self.optimizer,
             grad_clip_norm=self.grad_clip_norm,
@@ -505,22 +323,14 @@ mixed_precision, checkpoint_dir, device, verbose
                 self.random_state if isinstance(self.random_state, numbers.Integral) else seed
             ),
         )
-        dataset, labels = as_dataset(X, y, require_y=True)
-        self._reset()
-        try:
-            self._fit(X, dataset, labels, base, seed, config)
-        except BaseException:
-            # A failed fit (divergence, interruption) leaves the estimator unfitted.
-            self._reset()
-            raise
+        dataset, labels = self._fit_inputs(X, y)
+        self._reset_fitted()
+        network = self._build_network(seed)
+        with self._divergence_policy(network):
+            self._fit(X, dataset, labels, network, base, seed, config)
         return self
 
-    def _reset(self) -> None:
-        for name in [name for name in vars(self) if name.endswith("_")]:
-            delattr(self, name)
-
-    def _fit(self, X, dataset, labels, base, seed: int, config: TrainingConfig) -> None:
-        network = self._build_network(seed)
+    def _fit(self, X, dataset, labels, network, base, seed: int, config: TrainingConfig) -> None:
         n_classes = network.backbone.num_classes
         if n_classes is None:
             raise ValueError("the backbone does not tell its number of classes (num_classes)")
@@ -536,28 +346,21 @@ mixed_precision, checkpoint_dir, device, verbose
 
         train, validation = dataset, None
         if self.validation_fraction:
-            train_index, validation_index = _split_indices(
-                len(dataset), float(self.validation_fraction), y_index, seed
-            )
+            train_index, validation_index = self._split(len(dataset), seed, y_index)
             train = Subset(dataset, train_index.tolist())
             validation = Subset(dataset, validation_index.tolist())
 
-        try:
+        with self._explaining_input_errors(network.backbone, dataset):
             result = fit_module(
                 network,
-                _CalAttnLoss(base, float(self.lambda_brier), n_classes),
+                CalAttnLoss(base, float(self.lambda_brier), n_classes),
                 train,
                 config=config,
                 validation_data=validation,
-                logits_fn=_calibrated_logits,
+                logits_fn=calibrated_logits,
                 train_transform=self.train_transform,
             )
-        except TrainingDivergedError as error:
-            # The estimator stays unfitted, but the trained work is not lost: the
-            # network with the last good weights travels with the error.
-            error.module = network
-            raise
-        self.module_ = network
+        self.network_ = network
         self.token_ = network.token
         self.history_ = result.history
         self.best_epoch_ = result.best_epoch
@@ -573,7 +376,7 @@ mixed_precision, checkpoint_dir, device, verbose
 
     # Prediction --------------------------------------------------------------------------
 
-    def _run(self, data: Any) -> tuple[_CalAttnOutput, np.ndarray]:
+    def _run(self, data: Any) -> tuple[CalAttnOutput, np.ndarray]:
         """Run the trained network over ``data`` once, in eval mode, without gradients.
 
         Returns the calibrated logits, scales and backbone logits (float64
@@ -581,23 +384,24 @@ mixed_precision, checkpoint_dir, device, verbose
         arrays without labels).
         """
         if not isinstance(data, torch.utils.data.Dataset):
+            check_finite_inputs(data)
             data, _ = as_dataset(data)
         outputs, labels = self._run_batches(
-            self.module_, data, _float64_outputs, resolve_device(self.device), keep_labels=True
+            self.network_, data, float64_outputs, resolve_device(self.device), keep_labels=True
         )
-        return _CalAttnOutput(*outputs), labels
+        return CalAttnOutput(*outputs), labels
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is not None:
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
-            check_is_fitted(self, "module_")
+            check_is_fitted(self, "network_")
             outputs, y_index = self._run(as_dataset(X)[0])
-            return self._probabilities(outputs.calibrated_logits, True), self.classes_[y_index]
+            return self._probabilities(outputs.calibrated_logits), self.classes_[y_index]
         raise ValueError("y is required to score array inputs")
 
-    def _probabilities(self, logits: np.ndarray, post_hoc: bool) -> np.ndarray:
-        if post_hoc and self.post_hoc_ is not None:
+    def _probabilities(self, logits: np.ndarray) -> np.ndarray:
+        if self.post_hoc_ is not None:
             return self.post_hoc_.predict_proba(logits)
         return torch.softmax(torch.from_numpy(logits), dim=1).numpy()
 
@@ -614,7 +418,7 @@ mixed_precision, checkpoint_dir, device, verbose
         ndarray of shape (n, K)
             The backbone's logits divided by :meth:`scale` (no post-hoc temperature).
         """
-        check_is_fitted(self, "module_")
+        check_is_fitted(self, "network_")
         return self._run(X)[0].calibrated_logits
 
     def scale(self, X: Any) -> np.ndarray:
@@ -629,22 +433,23 @@ mixed_precision, checkpoint_dir, device, verbose
         ndarray of shape (n,)
             All ones with ``calibration_head=False``.
         """
-        check_is_fitted(self, "module_")
+        check_is_fitted(self, "network_")
         return self._run(X)[0].scale
 
-    def predict_proba(self, X: Any, *, post_hoc: bool = True) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         """Return the calibrated class probabilities.
+
+        With ``post_hoc="temperature"`` the fitted temperature ``post_hoc_``
+        is applied to :meth:`decision_function`; CalAttn's own probabilities
+        are then ``softmax(decision_function(X))``.
 
         Parameters
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
-        post_hoc : bool, default=True
-            Apply the post-hoc temperature (when ``post_hoc="temperature"``
-            was fitted); ``False`` gives CalAttn's own probabilities.
 
         Returns
         -------
         ndarray of shape (n, K)
             Rows sum to 1; columns follow ``classes_``.
         """
-        return self._probabilities(self.decision_function(X), post_hoc)
+        return self._probabilities(self.decision_function(X))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import numbers
 from typing import Any
 
@@ -18,12 +17,15 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from sklearn.base import _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import DataLoader, Dataset
 
 from reliacal._data import as_dataset, dataset_labels
 from reliacal._device import resolve_device
-from reliacal._torch_estimator import seeded_torch
+from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal.backbones import as_backbone
 from reliacal.finetune._director_modules import (
     SIGMA_FLOOR,
@@ -31,7 +33,11 @@ from reliacal.finetune._director_modules import (
     DirectorTrainingModule,
     build_student,
 )
-from reliacal.finetune._estimator import FinetuneEstimator, count_parameters
+from reliacal.finetune._estimator import (
+    FinetuneEstimator,
+    check_finite_inputs,
+    count_parameters,
+)
 from reliacal.training import fit_module
 
 __all__ = ["DiffusionReconfigurer"]
@@ -88,10 +94,10 @@ def _first(outputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
 
 
 def _sampled_moments(
-    model: DirectorStudent, x: Any, n_samples: int, generator: torch.Generator
+    model: DirectorStudent, x: Any, n_draws: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per input, the mean of ``n_samples`` sampled softmaxes and their mean entropy."""
-    log_probs = torch.log_softmax(model.sample_logits(x, n_samples, generator).double(), dim=-1)
+    """Per input, the mean of ``n_draws`` sampled softmaxes and their mean entropy."""
+    log_probs = torch.log_softmax(model.sample_logits(x, n_draws, generator).double(), dim=-1)
     probs = log_probs.exp()
     entropy = -(probs * log_probs).sum(dim=-1)
     return probs.mean(dim=0), entropy.mean(dim=0)
@@ -130,10 +136,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
     0). The cross-entropy flows through the reparameterised noise, which is what
     trains the noise head. Validation and the returned weights use the EMA of
     the student; the validation logits are ``log`` of the mean of
-    ``n_samples`` sampled softmaxes.
+    ``n_draws`` sampled softmaxes.
 
-    Prediction averages ``n_samples`` sampled softmaxes:
-    ``p(y|x) = (1/S) sum_s softmax(z_s)``; ``n_samples=1`` is the paper's
+    Prediction averages ``n_draws`` sampled softmaxes (paths):
+    ``p(y|x) = (1/S) sum_s softmax(z_s)``; ``n_draws=1`` is the paper's
     single-path protocol. :meth:`uncertainty` gives the per-input spread.
 
     Parameters
@@ -151,8 +157,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy (the
         authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text).
-    n_samples : int, default=10
-        Sampled paths averaged by :meth:`predict_proba` (and in validation).
+    n_draws : int, default=10
+        Sampled paths averaged per input by :meth:`predict_proba`,
+        :meth:`decision_function`, :meth:`predict`, :meth:`uncertainty` (read
+        at each call, so ``set_params(n_draws=1)`` on a fitted estimator gives
+        the single-path protocol) and in validation.
     ema_decay : float or None, default=0.995
         Decay of the per-step EMA of the student's weights (None: no EMA).
     noise_init : float, default=1e-2
@@ -178,10 +187,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Checkpoint every epoch there; a new ``fit`` resumes from it.
     device : str, default="auto"
         CUDA when available, else the CPU.
-    random_state : int or None, default=None
+    random_state : int, RandomState or None, default=None
         Seeds the student's initialisation, training, and the noise of every
-        prediction call (each call then draws the same paths).
-    verbose : int, default=0
+        prediction call (each call then draws the same paths); a RandomState
+        gives the seed it draws.
+    verbose : int or bool, default=0
         Progress bars (1: epochs, 2: also batches).
     classes : array-like of shape (K,) or None, default=None
         Labels of the teacher's K output columns, in column order; None means
@@ -191,7 +201,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (K,)
-    model_ : DirectorStudent
+    network_ : DirectorStudent
         The trained student (on the CPU after ``fit``).
     n_blocks_ : int
         The teacher's depth L (the path length).
@@ -222,7 +232,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
     >>> from reliacal.datasets import load_digits_images, make_tiny_vit
     >>> X, y = load_digits_images()
     >>> teacher = make_tiny_vit(embed_dim=16, depth=2, num_heads=2, random_state=0)
-    >>> director = DiffusionReconfigurer(teacher, max_epochs=1, n_samples=4,
+    >>> director = DiffusionReconfigurer(teacher, max_epochs=1, n_draws=4,
     ...                                  device="cpu", random_state=0)
     >>> director = director.fit(X[:64], y[:64])
     >>> proba = director.predict_proba(X[:5])
@@ -241,7 +251,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         lambda_mean: float = 0.5,
         lambda_var: float = 0.0,
         lambda_ce: float = 0.5,
-        n_samples: int = 10,
+        n_draws: int = 10,
         ema_decay: float | None = 0.995,
         noise_init: float = 1e-2,
         max_epochs: int = 30,
@@ -255,8 +265,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
         mixed_precision: bool | str = "auto",
         checkpoint_dir: str | None = None,
         device: str = "auto",
-        random_state: int | None = None,
-        verbose: int = 0,
+        random_state: Any = None,
+        verbose: int | bool = 0,
         classes: Any = None,
     ):
         self.backbone = backbone
@@ -265,7 +275,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self.lambda_mean = lambda_mean
         self.lambda_var = lambda_var
         self.lambda_ce = lambda_ce
-        self.n_samples = n_samples
+        self.n_draws = n_draws
         self.ema_decay = ema_decay
         self.noise_init = noise_init
         self.max_epochs = max_epochs
@@ -283,39 +293,28 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self.verbose = verbose
         self.classes = classes
 
+    _parameter_constraints: dict = {
+        **FinetuneEstimator._parameter_constraints,
+        "depth": [Interval(numbers.Integral, 1, None, closed="left")],
+        "reconfigure": [StrOptions({"all"}), Interval(numbers.Integral, 1, None, closed="left")],
+        "lambda_mean": [Interval(numbers.Real, 0, None, closed="left")],
+        "lambda_var": [Interval(numbers.Real, 0, None, closed="left")],
+        "lambda_ce": [Interval(numbers.Real, 0, None, closed="left")],
+        "n_draws": [Interval(numbers.Integral, 1, None, closed="left")],
+        "ema_decay": TRAINING_CONSTRAINTS["ema_decay"],
+        "noise_init": [Interval(numbers.Real, SIGMA_FLOOR, None, closed="neither")],
+    }
+
     # Validation ------------------------------------------------------------------------------
 
-    def _check_parameters(self) -> None:
+    def _check_combinations(self) -> None:
+        """The settings that are valid alone but not together (or not left at None)."""
         if self.backbone is None:
             raise ValueError(
                 "backbone is required: pass the pre-trained transformer to reconfigure"
             )
-        _check_positive_int("depth", self.depth)
-        _check_positive_int("n_samples", self.n_samples)
-        if not (isinstance(self.reconfigure, str) and self.reconfigure == "all"):
-            _check_positive_int("reconfigure", self.reconfigure, extra=' or "all"')
-        weights = {
-            "lambda_mean": self.lambda_mean,
-            "lambda_var": self.lambda_var,
-            "lambda_ce": self.lambda_ce,
-        }
-        for name, value in weights.items():
-            if isinstance(value, bool) or not (
-                isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not any(weights.values()):
+        if not any((self.lambda_mean, self.lambda_var, self.lambda_ce)):
             raise ValueError("at least one of lambda_mean, lambda_var, lambda_ce must be > 0")
-        if not (isinstance(self.noise_init, int | float) and self.noise_init > SIGMA_FLOOR):
-            raise ValueError(
-                f"noise_init must be a number > {SIGMA_FLOOR}, got {self.noise_init!r}"
-            )
-
-    def _n_samples(self, n_samples: int | None) -> int:
-        if n_samples is None:
-            return int(self.n_samples)
-        _check_positive_int("n_samples", n_samples)
-        return int(n_samples)
 
     def _fit_dataset_labels(self, dataset: Any, n_classes: int) -> None:
         """Check that a Dataset's labels are column indices and set ``classes_``."""
@@ -341,6 +340,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
 
     # Fitting ---------------------------------------------------------------------------------
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> DiffusionReconfigurer:
         """Train the student on ``(X, y)`` by distilling the teacher's block path.
 
@@ -357,8 +357,17 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            Invalid settings, or inputs that the teacher cannot read; also
+            :class:`reliacal.training.TrainingDivergedError` on a NaN or
+            infinite loss, after which the estimator is unfitted and the
+            error's ``module`` is the student with the last good weights.
         """
-        self._check_parameters()
+        self._check_combinations()
+        seed = self._fit_seed()
         adapter = as_backbone(self.backbone)
         # ``blocks`` raises ReconfigurationNotSupportedError (a ValueError) for
         # backbones that are not a flat stack of transformer blocks.
@@ -368,19 +377,25 @@ class DiffusionReconfigurer(FinetuneEstimator):
         if k > n_blocks:
             raise ValueError(f"reconfigure={k} exceeds the backbone's {n_blocks} blocks")
 
-        dataset, y_checked = as_dataset(X, y, require_y=True)
-        if y_checked is None:
-            self._fit_dataset_labels(dataset, n_classes)
-        else:
-            dataset, _ = as_dataset(X, self._fit_labels(y_checked, n_classes))
+        dataset, y_checked = self._fit_inputs(X, y)
+        self._reset_fitted()
+        with self._divergence_policy():
+            if y_checked is None:
+                self._fit_dataset_labels(dataset, n_classes)
+            else:
+                dataset, _ = as_dataset(X, self._fit_labels(y_checked, n_classes))
+            teacher = copy.deepcopy(adapter).cpu().eval()
+            teacher.requires_grad_(False)
+            with seeded_torch(seed):
+                student = build_student(
+                    teacher, n_reconfigured=k, depth=int(self.depth), noise_init=self.noise_init
+                )
+            with self._divergence_policy(student), self._explaining_input_errors(teacher, dataset):
+                self._train(adapter, teacher, student, dataset, seed, n_blocks, k)
+        return self
 
-        teacher = copy.deepcopy(adapter).cpu().eval()
-        teacher.requires_grad_(False)
-        with seeded_torch(self.random_state):
-            student = build_student(
-                teacher, n_reconfigured=k, depth=int(self.depth), noise_init=self.noise_init
-            )
-        module = DirectorTrainingModule(teacher, student, n_eval_samples=int(self.n_samples))
+    def _train(self, adapter, teacher, student, dataset, seed, n_blocks: int, k: int) -> None:
+        module = DirectorTrainingModule(teacher, student, n_eval_draws=int(self.n_draws))
         loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
         config = self._training_config(
@@ -388,7 +403,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
             schedule="cosine",
             validation_fraction=self.validation_fraction,
             ema_decay=self.ema_decay,
-            random_state=self.random_state,
+            random_state=seed,
         )
         result = fit_module(
             module,
@@ -398,7 +413,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
             logits_fn=_first,
             callbacks=[functools.partial(_record_components, history, loss)],
         )
-        self.model_ = student.cpu().eval()
+        self.network_ = student.cpu().eval()
         # The trainer's history covers every epoch, also those before a resume; the
         # per-component losses exist only for the epochs this call trained.
         components = {entry["epoch"]: entry for entry in history}
@@ -410,7 +425,6 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self.n_reconfigured_ = k
         self.n_parameters_ = count_parameters(student)
         self.teacher_n_parameters_ = count_parameters(adapter)
-        return self
 
     # Prediction ------------------------------------------------------------------------------
 
@@ -418,41 +432,40 @@ class DiffusionReconfigurer(FinetuneEstimator):
         if self.random_state is None:
             # Unseeded calls differ, yet follow torch.manual_seed.
             seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
-        else:
+        elif isinstance(self.random_state, numbers.Integral):
             seed = int(self.random_state)
+        else:
+            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         return torch.Generator(device=device).manual_seed(seed)
 
-    def _predictive_moments(self, X: Any, n_samples: int | None) -> tuple[np.ndarray, np.ndarray]:
+    def _predictive_moments(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``."""
-        check_is_fitted(self, "model_")
-        n_samples = self._n_samples(n_samples)
+        check_is_fitted(self, "network_")
         dataset, _ = as_dataset(X)
+        check_finite_inputs(X)
         device = resolve_device(self.device)
         forward = functools.partial(
-            _sampled_moments, n_samples=n_samples, generator=self._generator(device)
+            _sampled_moments, n_draws=int(self.n_draws), generator=self._generator(device)
         )
-        (mean_probs, mean_entropy), _ = self._run_batches(self.model_, dataset, forward, device)
+        (mean_probs, mean_entropy), _ = self._run_batches(self.network_, dataset, forward, device)
         return mean_probs, mean_entropy
 
-    def predict_proba(self, X: Any, n_samples: int | None = None) -> np.ndarray:
-        """Mean of ``n_samples`` sampled softmaxes, ``(1/S) sum_s softmax(z_s(x))``.
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Mean of ``n_draws`` sampled softmaxes, ``(1/S) sum_s softmax(z_s(x))``.
 
         Parameters
         ----------
         X : array-like, tensor, dict of arrays, Dataset or DataLoader
             Backbone inputs (see :meth:`fit`).
-        n_samples : int or None, default=None
-            Sampled paths per input; None uses ``self.n_samples``, 1 gives the
-            single-path protocol.
 
         Returns
         -------
         ndarray of shape (n, K)
             Rows sum to 1; columns follow ``classes_``.
         """
-        return self._predictive_moments(X, n_samples)[0]
+        return self._predictive_moments(X)[0]
 
-    def decision_function(self, X: Any, n_samples: int | None = None) -> np.ndarray:
+    def decision_function(self, X: Any) -> np.ndarray:
         """Log of the averaged probabilities, ``log predict_proba(X)``.
 
         These are logits whose softmax is exactly :meth:`predict_proba` (the
@@ -463,18 +476,18 @@ class DiffusionReconfigurer(FinetuneEstimator):
         -------
         ndarray of shape (n, K)
         """
-        probs = self.predict_proba(X, n_samples)
+        probs = self.predict_proba(X)
         return np.log(np.maximum(probs, np.finfo(np.float64).tiny))
 
-    def predict(self, X: Any, n_samples: int | None = None) -> np.ndarray:
+    def predict(self, X: Any) -> np.ndarray:
         """The class of highest averaged probability, as a label of ``classes_``."""
-        return self.classes_[np.argmax(self.predict_proba(X, n_samples), axis=1)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-    def uncertainty(self, X: Any, n_samples: int | None = None) -> pd.DataFrame:
+    def uncertainty(self, X: Any) -> pd.DataFrame:
         """Predictive entropy, expected entropy and mutual information per input.
 
-        With ``p_s`` the softmax of sampled path ``s`` and ``p = mean_s p_s``
-        (entropies in nats)::
+        With ``p_s`` the softmax of sampled path ``s`` (``n_draws`` paths) and
+        ``p = mean_s p_s`` (entropies in nats)::
 
             predictive_entropy = H(p) = -sum_k p_k log p_k
             expected_entropy   = mean_s H(p_s)            (aleatoric part)
@@ -488,14 +501,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Parameters
         ----------
         X : array-like, tensor, dict of arrays, Dataset or DataLoader
-        n_samples : int or None, default=None
-            Paths per input (None: ``self.n_samples``).
 
         Returns
         -------
         pandas.DataFrame of shape (n, 3)
         """
-        probs, expected_entropy = self._predictive_moments(X, n_samples)
+        probs, expected_entropy = self._predictive_moments(X)
         log_probs = np.log(np.maximum(probs, np.finfo(np.float64).tiny))
         predictive_entropy = -(probs * log_probs).sum(axis=1)
         expected_entropy = np.minimum(expected_entropy, predictive_entropy)
@@ -506,8 +517,3 @@ class DiffusionReconfigurer(FinetuneEstimator):
                 "mutual_information": predictive_entropy - expected_entropy,
             }
         )
-
-
-def _check_positive_int(name: str, value: Any, extra: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1{extra}, got {value!r}")
