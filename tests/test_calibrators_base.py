@@ -456,3 +456,33 @@ def test_fitted_on_cuda_predicts_on_a_cpu_only_machine(images, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, env=environment, timeout=300)
     expected = fitted.set_params(device="cpu").predict_proba(X)
     np.testing.assert_allclose(np.load(tmp_path / "p.npy"), expected, atol=1e-5)
+
+
+def _parameter_doc(obj, name):
+    """The text of ``name``'s entry in a numpydoc Parameters section."""
+    lines = obj.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name} :"))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    entry = []
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        entry.append(line.strip())
+    return " ".join(entry)
+
+
+def test_every_memory_parameter_says_the_cache_folder_must_be_trusted():
+    # Issue 16: joblib.Memory unpickles whatever the cache folder holds.
+    from reliacal.calibrators import AdaptiveTS
+
+    documented = [
+        BaseCalibrator,
+        TemperatureScaling,
+        VectorScaling,
+        MatrixScaling,
+        AdaptiveTS,
+        extract_outputs,
+    ]
+    for obj in documented:
+        entry = _parameter_doc(obj, "memory")
+        assert "pickle" in entry and "trust" in entry, (obj.__name__, entry)

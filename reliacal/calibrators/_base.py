@@ -308,7 +308,9 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         Run the backbone under autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
         Cache of the backbone outputs: refitting on the same data (a grid
-        search) skips the forward passes.
+        search) skips the forward passes. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Show progress when > 0.
 

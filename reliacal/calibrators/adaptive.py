@@ -472,7 +472,9 @@ class AdaptiveTS(BaseCalibrator):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA (the calibration network trains in float32).
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs, e.g. for a grid search.
+        Cache of the backbone outputs, e.g. for a grid search. The cache is
+        read back with pickle, which can run code: give only a folder that you
+        trust and that no one else can write to.
     verbose : int, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
 

@@ -192,7 +192,9 @@ class VectorScaling(_LogitScaling):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs.
+        Cache of the backbone outputs. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Progress output of the backbone pass.
 
@@ -336,7 +338,9 @@ class MatrixScaling(_LogitScaling):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs.
+        Cache of the backbone outputs. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Progress output of the backbone pass.
 
