@@ -507,17 +507,6 @@ class AdaptiveTS(BaseCalibrator):
     --------
     TemperatureScaling : one temperature for all inputs.
 
-    Notes
-    -----
-    :func:`sklearn.utils.estimator_checks.check_estimator` passes in logits
-    mode except the checks that ``_expected_failed_checks()`` lists with
-    their reasons: those of every logit calibrator (the columns of ``X`` are
-    the classes, so sklearn's data with other labels is rejected;
-    ``decision_function`` is ``(n, K)``), ``check_classifiers_one_label``
-    (the argmax never changes) and
-    ``check_sample_weight_equivalence_on_dense_data`` (weighted stochastic
-    training is not bit-equivalent to repeated rows).
-
     Examples
     --------
     >>> import numpy as np

@@ -215,22 +215,6 @@ class VectorScaling(_LogitScaling):
     --------
     TemperatureScaling, MatrixScaling
 
-    Notes
-    -----
-    ``check_estimator`` checks waived by design (listed with their reasons by
-    ``_expected_failed_checks()``): ``check_classifiers_train``,
-    ``check_estimators_overwrite_params``, ``check_estimators_fit_returns_self``,
-    ``check_readonly_memmap_input``, ``check_sample_weights_pandas_series``,
-    ``check_sample_weights_not_an_array``, ``check_sample_weights_shape``,
-    ``check_sample_weights_not_overwritten`` and
-    ``check_classifier_data_not_an_array`` fit on data whose labels are not
-    ``0..K-1`` for ``K`` columns, which a calibrator rejects because the
-    columns are the classes; ``check_classifiers_classes`` passes string
-    labels without ``classes=``, which are never inferred from ``y``;
-    ``check_decision_proba_consistency`` expects a 1-D binary decision
-    function, while ``decision_function`` returns the ``(n, K)`` calibrated
-    logits.
-
     Examples
     --------
     >>> import numpy as np
@@ -360,22 +344,6 @@ class MatrixScaling(_LogitScaling):
     See Also
     --------
     TemperatureScaling, VectorScaling
-
-    Notes
-    -----
-    ``check_estimator`` checks waived by design (listed with their reasons by
-    ``_expected_failed_checks()``): ``check_classifiers_train``,
-    ``check_estimators_overwrite_params``, ``check_estimators_fit_returns_self``,
-    ``check_readonly_memmap_input``, ``check_sample_weights_pandas_series``,
-    ``check_sample_weights_not_an_array``, ``check_sample_weights_shape``,
-    ``check_sample_weights_not_overwritten`` and
-    ``check_classifier_data_not_an_array`` fit on data whose labels are not
-    ``0..K-1`` for ``K`` columns, which a calibrator rejects because the
-    columns are the classes; ``check_classifiers_classes`` passes string
-    labels without ``classes=``, which are never inferred from ``y``;
-    ``check_decision_proba_consistency`` expects a 1-D binary decision
-    function, while ``decision_function`` returns the ``(n, K)`` calibrated
-    logits.
 
     Examples
     --------
