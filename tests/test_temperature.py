@@ -216,6 +216,22 @@ def test_extreme_logit_scales_give_the_scaled_optimum(scale):
     )
 
 
+def test_tiny_logits_beside_huge_constant_rows():
+    # Constant rows add log K to the NLL whatever T is, so T is that of the other rows;
+    # z / T would overflow on them (1e300 / 1e-30), their probabilities are uniform.
+    logits, y = _random_problem(18, 300, 3)
+    stacked = np.vstack([logits * 1e-30, np.full((100, 3), 1e300)])
+    labels = np.concatenate([y, np.arange(100) % 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = TemperatureScaling().fit(stacked, labels)
+        probabilities = fitted.predict_proba(stacked)
+    reference = _brentq_temperature(logits, y)
+    assert fitted.temperature_ == pytest.approx(1e-30 * reference, rel=1e-12)
+    np.testing.assert_allclose(probabilities[:300], softmax(logits / reference, axis=1))
+    np.testing.assert_allclose(probabilities[300:], 1.0 / 3.0)
+
+
 @pytest.mark.parametrize("exponent", [120, -110])
 def test_extreme_float32_logits_give_the_scaled_optimum(exponent):
     logits, y = _random_problem(16, 400, 5, np.float32)

@@ -80,18 +80,17 @@ def _row_extremes(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _scale_exponent(row_max: np.ndarray, row_min: np.ndarray) -> int:
     """``k`` such that the largest row range of ``z / 2**k`` lies in ``[1, 2)``.
 
-    0 when the range already lies in the safe band (see ``_SAFE_EXPONENT``) or
-    is zero. The range is measured on ``z / 2**top``, ``2**top`` above every
-    ``|z|``, so ``max - min`` never overflows.
+    0 when that range already lies in the safe band (see ``_SAFE_EXPONENT``)
+    or is zero.
     """
-    largest = max(abs(float(row_max.max())), abs(float(row_min.min())))
-    if largest == 0.0:
-        return 0
-    top = int(np.frexp(largest)[1])
-    spread = float(np.max(np.ldexp(row_max, -top) - np.ldexp(row_min, -top)))
+    with np.errstate(over="ignore"):
+        spread = float(np.max(row_max - row_min))
     if spread == 0.0:
         return 0
-    exponent = top + int(np.frexp(spread)[1]) - 1
+    if np.isfinite(spread):
+        exponent = int(np.frexp(spread)[1]) - 1
+    else:  # max - min overflowed (logits near the largest float): halve both first
+        exponent = int(np.frexp(float(np.max(0.5 * row_max - 0.5 * row_min)))[1])
     return 0 if -_SAFE_EXPONENT <= exponent < _SAFE_EXPONENT else exponent
 
 
@@ -112,7 +111,9 @@ class _TemperatureObjective:
     """The weighted NLL of ``softmax(b z')`` and its derivatives, evaluated in chunks.
 
     ``z' = z / 2**scale_exponent`` (see ``_scale_exponent``): every statistic,
-    ``b`` and ``spread`` are those of the scaled logits, ``T = 2**k / b``. The
+    ``b`` and ``spread`` are those of the scaled logits, ``T = 2**k / b``. Only
+    differences within a row are ever scaled (``z - max_k z``, ``max_k z -
+    z_y``), so rows on very different offsets cannot overflow either. The
     first call also records the constants of the two limits ``g(0)`` and
     ``g(inf)``.
     """
@@ -126,11 +127,10 @@ class _TemperatureObjective:
         else:
             self.weights = np.asarray(sample_weight, dtype=np.float64) / np.sum(sample_weight)
         true_logits = logits[np.arange(n_samples), y_index].astype(np.float64)
-        self.true_logits = np.ldexp(true_logits, -scale_exponent)
-        # Per-row maxima stabilise every pass (z' - max_k z' <= 0).
-        self.row_max = np.ldexp(row_max, -scale_exponent)
-        row_min = np.ldexp(row_min, -scale_exponent)
-        self.spread = float(np.max(self.row_max - row_min))  # largest row range of z'
+        # Per-row maxima stabilise every pass (z - max_k z <= 0).
+        self.row_max = row_max
+        self.true_gap = self._scaled_difference(row_max, true_logits)  # max_k z' - z'_y
+        self.spread = float(np.max(self._scaled_difference(row_max, row_min)))
         self.first_pass_done = False
         self.gradient_at_infinity = np.nan  # g(inf) = mean(max_k z' - z'_y)
         self.gradient_at_zero = np.nan  # g(0) = mean(mean_k z' - z'_y)
@@ -144,18 +144,36 @@ class _TemperatureObjective:
         with np.errstate(over="ignore"):
             return float(np.ldexp(value, self.scale_exponent))
 
+    def _scaled_difference(self, larger, smaller, out=None):
+        """``(larger - smaller) / 2**k`` (float64 unless ``out``) without overflow.
+
+        Scaled first when ``k > 0`` (the difference itself may overflow), after
+        when ``k < 0`` (the scaled operands may overflow).
+        """
+        k = self.scale_exponent
+        if k > 0:
+            return np.subtract(
+                np.ldexp(larger, -k), np.ldexp(smaller, -k), out=out, casting="same_kind"
+            )
+        difference = np.subtract(larger, smaller, dtype=np.float64)
+        return (
+            difference
+            if k == 0 and out is None
+            else np.ldexp(difference, -k, out=out, casting="same_kind")
+        )
+
     def _mean(self, values: np.ndarray, start: int, stop: int) -> float:
         if self.weights is None:
             return float(values.sum()) / self.logits.shape[0]
         return float(self.weights[start:stop] @ values)
 
-    def _first_pass_statistics(self, chunk, start, stop, input_ones):
-        true_logits = self.true_logits[start:stop]
+    def _first_pass_statistics(self, shifted, start, stop, ones):
+        true_gap = self.true_gap[start:stop]
         # Only the sign of g(0) is used (the T -> infinity test): a row sum in the
-        # input's precision is enough.
-        row_mean = (chunk @ input_ones).astype(np.float64) / self.n_classes
-        self.gradient_at_zero += self._mean(row_mean - true_logits, start, stop)
-        self.gradient_at_infinity += self._mean(self.row_max[start:stop] - true_logits, start, stop)
+        # pass's precision is enough. mean_k z' - z'_y = mean_k (z' - max z') + gap.
+        row_mean = (shifted @ ones).astype(np.float64) / self.n_classes
+        self.gradient_at_zero += self._mean(row_mean + true_gap, start, stop)
+        self.gradient_at_infinity += self._mean(true_gap, start, stop)
 
     def evaluate(self, inverse_temperature: float, dtype=np.float64):
         """Return ``(nll, g, h, third)``: the NLL and its first three derivatives in b.
@@ -180,24 +198,22 @@ class _TemperatureObjective:
         shifted = np.empty((rows, n_classes), dtype=dtype)
         exponentials = np.empty((rows, n_classes), dtype=dtype)
         products = np.empty((rows, n_classes), dtype=dtype)
-        scaled = None if self.scale_exponent == 0 else np.empty((rows, n_classes), logits.dtype)
         ones = np.ones(n_classes, dtype=dtype)
-        input_ones = np.ones(n_classes, dtype=logits.dtype)
         scale = dtype(inverse_temperature)
         log_partition = mean_shift = variance = third = 0.0
         for start in range(0, n_samples, rows):
             stop = min(start + rows, n_samples)
-            chunk = logits[start:stop]
-            if scaled is not None:
-                # Exact (a power of two), in the input's precision.
-                chunk = np.ldexp(chunk, -self.scale_exponent, out=scaled[: stop - start])
-            if first_pass:
-                self._first_pass_statistics(chunk, start, stop, input_ones)
             d = shifted[: stop - start]
             e = exponentials[: stop - start]
             f = products[: stop - start]
-            # d = z - max_k z <= 0, so exp(b d) never overflows and its row sum is >= 1.
-            np.subtract(chunk, self.row_max[start:stop, None], out=d, casting="same_kind")
+            # d = z' - max_k z' <= 0, so exp(b d) never overflows and its row sum is >= 1.
+            chunk = logits[start:stop]
+            if self.scale_exponent == 0:
+                np.subtract(chunk, self.row_max[start:stop, None], out=d, casting="same_kind")
+            else:
+                self._scaled_difference(chunk, self.row_max[start:stop, None], out=d)
+            if first_pass:
+                self._first_pass_statistics(d, start, stop, ones)
             np.multiply(d, scale, out=e)
             np.exp(e, out=e)
             s0 = (e @ ones).astype(np.float64)
@@ -375,13 +391,14 @@ def _starting_point(logits, y_index, sample_weight, row_max, row_min, scale_expo
 def _top_label_confidence(logits, temperature, scale_exponent=0):
     """Top-label confidence of ``softmax(z / T)`` per row, in chunks.
 
-    Computed as ``softmax(z' / T')`` with ``z' = z / 2**k`` and ``T' = T / 2**k``,
-    so that ``z - max z`` cannot overflow.
+    For ``k > 0`` computed as ``softmax(z' / T')`` with ``z' = z / 2**k`` and
+    ``T' = T / 2**k``, so that ``z - max z`` cannot overflow.
     """
     n_samples, n_classes = logits.shape
     rows = max(1, _CHUNK_ELEMENTS // n_classes)
     confidence = np.empty(n_samples)
     buffer = np.empty((rows, n_classes))
+    scale_exponent = max(scale_exponent, 0)
     temperature = np.ldexp(temperature, -scale_exponent)
     for start in range(0, n_samples, rows):
         stop = min(start + rows, n_samples)
@@ -621,7 +638,14 @@ class TemperatureScaling(BaseCalibrator):
         self.n_iter_ = len(grid)
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
-        return np.asarray(logits, dtype=np.float64) / self.temperature_
+        logits = np.asarray(logits, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            calibrated = logits / self.temperature_
+        if not np.all(np.isfinite(calibrated)):
+            # z / T overflows for large logits on a small T (rows far from the origin):
+            # shift each row by its max first, which leaves the softmax unchanged.
+            calibrated = (logits - logits.max(axis=1, keepdims=True)) / self.temperature_
+        return calibrated
 
     def _expected_failed_checks(self) -> dict[str, str]:
         return {
