@@ -544,6 +544,12 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             sample_weight = _check_sample_weight(
                 sample_weight, logits, dtype=np.float64, ensure_non_negative=True
             )
+            # scikit-learn 1.6 and 1.7 (within the declared floor) do not check this.
+            if not sample_weight.sum() > 0:
+                raise ValueError(
+                    "sample_weight must contain at least one non-zero (positive) value: "
+                    "the weighted loss of all-zero weights is undefined"
+                )
         self._check_fit_inputs(features, logits)
         self._fit_core(features, logits, y_index, sample_weight)
         return self
