@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 import warnings
@@ -456,3 +457,100 @@ def test_fitted_on_cuda_predicts_on_a_cpu_only_machine(images, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, env=environment, timeout=300)
     expected = fitted.set_params(device="cpu").predict_proba(X)
     np.testing.assert_allclose(np.load(tmp_path / "p.npy"), expected, atol=1e-5)
+
+
+def _parameter_doc(obj, name):
+    """The text of ``name``'s entry in a numpydoc Parameters section."""
+    lines = obj.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name} :"))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    entry = []
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        entry.append(line.strip())
+    return " ".join(entry)
+
+
+def test_every_memory_parameter_says_the_cache_folder_must_be_trusted():
+    # Issue 16: joblib.Memory unpickles whatever the cache folder holds.
+    from reliacal.calibrators import AdaptiveTS
+
+    documented = [
+        BaseCalibrator,
+        TemperatureScaling,
+        VectorScaling,
+        MatrixScaling,
+        AdaptiveTS,
+        extract_outputs,
+    ]
+    for obj in documented:
+        entry = _parameter_doc(obj, "memory")
+        assert "pickle" in entry and "trust" in entry, (obj.__name__, entry)
+
+
+def _named_checks(text):
+    """The checks a text names, besides ``check_estimator`` itself."""
+    return set(re.findall(r"``(check_\w+)``", text)) - {"check_estimator"}
+
+
+def _section(docstring, name):
+    """The text of a numpydoc section, whitespace collapsed."""
+    match = re.search(
+        rf"^\s*{name}\n\s*-+\n(.*?)(?=^\s*\w[\w ]*\n\s*-{{3,}}\n|\Z)", docstring, re.S | re.M
+    )
+    assert match, f"no {name} section"
+    return " ".join(match.group(1).split())
+
+
+@pytest.mark.parametrize(
+    "name", ["TemperatureScaling", "VectorScaling", "MatrixScaling", "AdaptiveTS"]
+)
+def test_docstring_lists_exactly_the_waived_checks_with_their_reasons(name):
+    # Issue 13.7: generated from _expected_failed_checks(), not hand copies.
+    import reliacal.calibrators
+
+    cls = getattr(reliacal.calibrators, name)
+    waived = cls()._expected_failed_checks()
+    notes = _section(cls.__doc__, "Notes")
+    assert _named_checks(notes) == set(waived)
+    for reason in waived.values():
+        assert " ".join(reason.split()).rstrip(".") in notes
+
+
+def test_a_new_calibrator_gets_a_notes_section_with_its_waived_checks():
+    class Shifted(BaseCalibrator):
+        """A toy calibrator.
+
+        Parameters
+        ----------
+        input : str
+            Unused.
+
+        Examples
+        --------
+        >>> 1 + 1
+        2
+        """
+
+        def _expected_failed_checks(self):
+            return {**super()._expected_failed_checks(), "check_fit2d_1sample": "one row"}
+
+    class Documented(Shifted):
+        """Another one.
+
+        Notes
+        -----
+        Hand-written remark.
+        """
+
+    for cls in (Shifted, Documented):
+        doc = cls.__doc__
+        notes = _section(doc, "Notes")
+        assert "``check_fit2d_1sample``: one row." in notes
+        assert _named_checks(notes) == set(cls()._expected_failed_checks())
+    assert Shifted.__doc__.index("Notes") < Shifted.__doc__.index("Examples")
+    assert ">>> 1 + 1" in Shifted.__doc__
+    assert _section(Documented.__doc__, "Notes").startswith(
+        "Hand-written remark. ``check_estimator``"
+    )

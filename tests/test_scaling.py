@@ -273,3 +273,37 @@ def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid):
     assert quick.get_params() == clone(estimator).set_params(**grid[1]).get_params()
     with pytest.raises(ValueError, match="no default grid"):
         tuned_scaling(LogisticRegression())
+
+
+# Issue 16.7: ~10^4 classes crashed SciPy's L-BFGS-B; the guard fires before any fit work.
+def _no_fit_work(monkeypatch):
+    from reliacal.calibrators import scaling
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(scaling, "minimize", refuse)
+    monkeypatch.setattr(MatrixScaling, "_initial_coef", refuse)
+
+
+def test_matrix_scaling_refuses_more_parameters_than_its_budget(monkeypatch):
+    _no_fit_work(monkeypatch)
+    logits, y = _problem(12, n=30, n_classes=10)  # 10^2 + 10 = 110 parameters
+    with pytest.raises(ValueError, match=r"K = 10 classes has 110 parameters.*VectorScaling"):
+        MatrixScaling(max_parameters=109).fit(logits, y)
+
+
+def test_matrix_scaling_default_budget_stops_thousands_of_classes(monkeypatch):
+    _no_fit_work(monkeypatch)
+    n_classes = 3162  # 3162^2 + 3162 = 10,001,406 > 10^7
+    logits = np.random.default_rng(13).normal(size=(3, n_classes))
+    with pytest.raises(ValueError, match=r"10,001,406 parameters .* about 2\.48 GB"):
+        MatrixScaling(reg_off_diagonal=1.0).fit(logits, [0, 1, 2])
+
+
+def test_matrix_scaling_budget_cannot_exceed_what_lbfgsb_addresses():
+    logits, y = _problem(14, n=30, n_classes=3)
+    with pytest.raises(ValueError, match="max_parameters"):
+        MatrixScaling(max_parameters=10**8).fit(logits, y)
+    # Exactly at the limit is accepted (the limit itself is what L-BFGS-B can index).
+    MatrixScaling(max_parameters=85_899_298, reg_off_diagonal=1.0).fit(logits, y)

@@ -198,3 +198,100 @@ def test_float32_and_float64_inputs_agree():
     single = TemperatureScaling().fit(logits, y).temperature_
     double = TemperatureScaling().fit(logits.astype(np.float64), y).temperature_
     assert single == pytest.approx(double, rel=1e-12)
+
+
+# Issue 16.1: logits on extreme scales. The oracle is the scale invariance of the NLL
+# optimum, T(c z) = c T(z), with T(z) found by Brent's method on the unscaled logits.
+@pytest.mark.parametrize("scale", [1e38, 3e37, 1e-34, 1e-300, 1e300, 2.0**-1000])
+def test_extreme_logit_scales_give_the_scaled_optimum(scale):
+    logits, y = _random_problem(15, 400, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ConvergenceWarning, no overflow RuntimeWarning
+        fitted = TemperatureScaling().fit(logits * scale, y)
+        probabilities = fitted.predict_proba(logits * scale)
+    reference = _brentq_temperature(logits, y)
+    assert fitted.temperature_ == pytest.approx(scale * reference, rel=1e-12)
+    np.testing.assert_allclose(
+        probabilities, softmax(logits / reference, axis=1), rtol=1e-10, atol=1e-300
+    )
+
+
+def test_tiny_logits_beside_huge_constant_rows():
+    # Constant rows add log K to the NLL whatever T is, so T is that of the other rows;
+    # z / T would overflow on them (1e300 / 1e-30), their probabilities are uniform.
+    logits, y = _random_problem(18, 300, 3)
+    stacked = np.vstack([logits * 1e-30, np.full((100, 3), 1e300)])
+    labels = np.concatenate([y, np.arange(100) % 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = TemperatureScaling().fit(stacked, labels)
+        probabilities = fitted.predict_proba(stacked)
+    reference = _brentq_temperature(logits, y)
+    assert fitted.temperature_ == pytest.approx(1e-30 * reference, rel=1e-12)
+    np.testing.assert_allclose(probabilities[:300], softmax(logits / reference, axis=1))
+    np.testing.assert_allclose(probabilities[300:], 1.0 / 3.0)
+
+
+@pytest.mark.parametrize("exponent", [120, -110])
+def test_extreme_float32_logits_give_the_scaled_optimum(exponent):
+    logits, y = _random_problem(16, 400, 5, np.float32)
+    scale = np.float32(2.0**exponent)  # a power of two: the scaled float32 logits are exact
+    fitted = TemperatureScaling().fit(logits * scale, y)
+    reference = _brentq_temperature(logits.astype(np.float64), y)
+    assert fitted.temperature_ == pytest.approx(float(scale) * reference, rel=1e-12)
+    assert np.all(np.isfinite(fitted.predict_proba(logits * scale)))
+
+
+def test_logits_near_the_largest_float_have_a_finite_temperature():
+    logits = np.array([[1e308, -1e308, 0.0]] * 4)
+    y = np.array([0, 2, 0, 2])
+    # By hand, with b = 1e308 / T: the mean NLL is log(e^b + e^-b + 1) - b / 2, zero
+    # in slope where (e^b - e^-b) / (e^b + e^-b + 1) = 1/2, i.e. e^b = (1 + sqrt(13)) / 2.
+    b = np.log((1.0 + np.sqrt(13.0)) / 2.0)
+    fitted = TemperatureScaling().fit(logits, y)
+    assert fitted.temperature_ == pytest.approx(1e308 / b, rel=1e-12)
+    np.testing.assert_allclose(
+        fitted.predict_proba(logits), np.tile(softmax([b, -b, 0.0]), (4, 1)), rtol=1e-12
+    )
+
+
+def test_a_temperature_beyond_the_float64_range_is_refused():
+    logits = np.array([[1e308, -1e308, 0.0]] * 4)
+    # As above with y = 0, 1, 2, 0: 3 e^2b - e^b - 5 = 0, so T = 1e308 / log((1 + sqrt 61) / 6).
+    mantissa = 1.0 / np.log((1.0 + np.sqrt(61.0)) / 6.0)  # T = mantissa * 1e308
+    with pytest.raises(ValueError, match=rf"T = {mantissa:.3g}e\+308, above the largest"):
+        TemperatureScaling().fit(logits, np.array([0, 1, 2, 0]))
+
+
+# Issue 16.5: the ECE objective on logits whose optimum lies far off the fixed grid.
+def _torchmetrics_ece(logits, y, temperature):
+    probabilities = torch.from_numpy(softmax(logits / temperature, axis=1))
+    return float(
+        multiclass_calibration_error(
+            probabilities, torch.from_numpy(y), num_classes=logits.shape[1], n_bins=15, norm="l1"
+        )
+    )
+
+
+def test_ece_objective_searches_around_the_nll_optimum_off_the_grid():
+    logits, y = _random_problem(12, 2000, 10)
+    logits = logits * 1e3  # the fixed grid 0.1..10 holds only nearly one-hot predictions
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fitted = TemperatureScaling(objective="ece").fit(logits, y)
+    fixed = np.arange(1, 101) / 10
+    centred = _brentq_temperature(logits, y) * fixed
+    errors = [_torchmetrics_ece(logits, y, t) for t in np.concatenate([fixed, centred])]
+    assert fitted.n_iter_ == 200
+    assert _torchmetrics_ece(logits, y, fitted.temperature_) <= min(errors) + 1e-6
+    # The fixed grid alone reaches no better than 0.2 here.
+    assert min(errors[:100]) > 0.2 > _torchmetrics_ece(logits, y, fitted.temperature_)
+
+
+def test_ece_objective_warns_when_its_optimum_is_at_the_end_of_the_search():
+    rng = np.random.default_rng(17)
+    logits = rng.normal(size=(300, 4))
+    y = np.argmax(logits, axis=1)  # always right: the ECE falls as T -> 0
+    with pytest.warns(ConvergenceWarning, match="ECE is lowest at T = .*the smallest"):
+        fitted = TemperatureScaling(objective="ece").fit(logits, y)
+    assert 0 < fitted.temperature_ < 0.1

@@ -192,7 +192,8 @@ def extract_outputs(
         which for lazily loaded datasets (files on disk) covers the file list
         and transforms but not the file contents. The device is not part of
         the key. Data that cannot be pickled is run without caching, with a
-        warning.
+        warning. The cache is read back with pickle, which can run code: give
+        only a folder that you trust and that no one else can write to.
     verbose : int, default=0
         Show a tqdm progress bar over the batches when > 0.
 

@@ -51,6 +51,8 @@ from __future__ import annotations
 import copy
 import numbers
 import os
+import re
+import textwrap
 import warnings
 from typing import Any
 
@@ -247,6 +249,67 @@ LOGIT_CALIBRATOR_WAIVED_CHECKS = {
 }
 
 
+def _waived_checks_note(waived: dict[str, str], indent: str = "") -> str:
+    """The Notes paragraph that lists waived ``check_estimator`` checks, grouped by reason.
+
+    Calibrators get it appended to their docstring's Notes section
+    automatically (see ``BaseCalibrator.__init_subclass__``), so the text
+    always matches ``_expected_failed_checks()``.
+
+    Examples
+    --------
+    >>> print(_waived_checks_note({"check_a": "why a", "check_b": "why a", "check_c": "why c"}))
+    ``check_estimator`` checks waived by design (``_expected_failed_checks()``
+    returns them with these reasons, for ``parametrize_with_checks``):
+    <BLANKLINE>
+    - ``check_a``, ``check_b``: why a.
+    - ``check_c``: why c.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for check, reason in waived.items():
+        by_reason.setdefault(reason, []).append(check)
+    lines = [
+        "``check_estimator`` checks waived by design (``_expected_failed_checks()``",
+        "returns them with these reasons, for ``parametrize_with_checks``):",
+        "",
+    ]
+    for reason, checks in by_reason.items():
+        item = ", ".join(f"``{check}``" for check in checks) + f": {reason.rstrip('.')}."
+        lines += textwrap.wrap(
+            item,
+            width=76 - len(indent),
+            initial_indent="- ",
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    return "\n".join(indent + line if line else line for line in lines)
+
+
+def _with_waived_checks_note(docstring: str, waived: dict[str, str]) -> str:
+    """``docstring`` with the waived-check note at the end of its Notes section.
+
+    A Notes section is created (before References or Examples, as numpydoc
+    orders them) when there is none.
+    """
+    header = re.compile(r"^([ \t]*)(\w[\w ]*)\n\1-{3,}[ \t]*$", re.MULTILINE)
+    sections = list(header.finditer(docstring))
+    indent = sections[0].group(1) if sections else ""
+    note = _waived_checks_note(waived, indent)
+    names = [match.group(2) for match in sections]
+    if "Notes" in names:
+        following = sections[names.index("Notes") + 1 :]
+        end = following[0].start() if following else len(docstring)
+        rest = docstring[end:] if following else "\n" + indent
+        return f"{docstring[:end].rstrip()}\n\n{note}\n\n{rest.lstrip(chr(10))}"
+    section = f"{indent}Notes\n{indent}-----\n{note}\n\n"
+    later = [match for match in sections if match.group(2) in ("References", "Examples")]
+    if later:
+        start = later[0].start()
+        return docstring[:start] + section + docstring[start:]
+    return f"{docstring.rstrip()}\n\n{section}{indent}"
+
+
 def _looks_like_probabilities(logits: np.ndarray) -> bool:
     """Whether every value lies in [0, 1] and every row sums to 1 (within 1e-3)."""
     if logits.shape[1] < 2 or logits.min() < 0.0 or logits.max() > 1.0:
@@ -308,7 +371,9 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         Run the backbone under autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
         Cache of the backbone outputs: refitting on the same data (a grid
-        search) skips the forward passes.
+        search) skips the forward passes. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Show progress when > 0.
 
@@ -328,6 +393,15 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
     calibrator fitted on a GPU machine loads and predicts on a CPU-only one;
     the live estimator is left where it is.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Public calibrators document their waived checks from the one source of them.
+        # The waived checks are taken from an unconfigured instance: they must not
+        # depend on the parameters.
+        if cls.__doc__ and not cls.__name__.startswith("_"):
+            waived = cls._expected_failed_checks(object.__new__(cls))
+            cls.__doc__ = _with_waived_checks_note(cls.__doc__, waived)
 
     _parameter_constraints: dict = {
         "input": [StrOptions({"logits", "probs"})],
@@ -470,6 +544,12 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             sample_weight = _check_sample_weight(
                 sample_weight, logits, dtype=np.float64, ensure_non_negative=True
             )
+            # scikit-learn 1.6 and 1.7 (within the declared floor) do not check this.
+            if not sample_weight.sum() > 0:
+                raise ValueError(
+                    "sample_weight must contain at least one non-zero (positive) value: "
+                    "the weighted loss of all-zero weights is undefined"
+                )
         self._check_fit_inputs(features, logits)
         self._fit_core(features, logits, y_index, sample_weight)
         return self

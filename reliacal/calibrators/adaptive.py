@@ -484,7 +484,9 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA (the calibration network trains in float32).
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs, e.g. for a grid search.
+        Cache of the backbone outputs, e.g. for a grid search. The cache is
+        read back with pickle, which can run code: give only a folder that you
+        trust and that no one else can write to.
     verbose : int or bool, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
 
@@ -517,17 +519,6 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     See Also
     --------
     TemperatureScaling : one temperature for all inputs.
-
-    Notes
-    -----
-    :func:`sklearn.utils.estimator_checks.check_estimator` passes in logits
-    mode except the checks that ``_expected_failed_checks()`` lists with
-    their reasons: those of every logit calibrator (the columns of ``X`` are
-    the classes, so sklearn's data with other labels is rejected;
-    ``decision_function`` is ``(n, K)``), ``check_classifiers_one_label``
-    (the argmax never changes) and
-    ``check_sample_weight_equivalence_on_dense_data`` (weighted stochastic
-    training is not bit-equivalent to repeated rows).
 
     Examples
     --------

@@ -43,6 +43,17 @@ _THREADED_PRODUCT = 1 << 31
 # Matrix scaling with more parameters than this fraction of the samples overfits
 # unless regularised.
 _SAMPLES_PER_PARAMETER = 10
+# Memory of a fit per parameter: SciPy's L-BFGS-B keeps a workspace of
+# 2 * maxcor + 5 = 25 float64 vectors of the parameters' length (maxcor = 10, its
+# default, which the fit uses), and each loss evaluation makes about six more
+# (parameters, gradient, W, its off-diagonal part and their products).
+_MAXCOR = 10
+_BYTES_PER_PARAMETER = 8 * (2 * _MAXCOR + 5 + 6)
+# The largest problem L-BFGS-B can address: its workspace holds
+# 2 m n + 5 n + 11 m^2 + 8 m float64 values, indexed with 32-bit integers. Matrix
+# scaling with 10^4 classes (10^8 parameters, a 2.5e9-element workspace) crashed the
+# interpreter with a segmentation fault inside SciPy.
+_LBFGS_MAX_PARAMETERS = (2**31 - 1 - 11 * _MAXCOR**2 - 8 * _MAXCOR) // (2 * _MAXCOR + 5)
 
 
 def _nll_and_logit_gradient(calibrated, y_index, weights):
@@ -181,7 +192,9 @@ class VectorScaling(_LogitScaling):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs.
+        Cache of the backbone outputs. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Progress output of the backbone pass.
 
@@ -201,22 +214,6 @@ class VectorScaling(_LogitScaling):
     See Also
     --------
     TemperatureScaling, MatrixScaling
-
-    Notes
-    -----
-    ``check_estimator`` checks waived by design (listed with their reasons by
-    ``_expected_failed_checks()``): ``check_classifiers_train``,
-    ``check_estimators_overwrite_params``, ``check_estimators_fit_returns_self``,
-    ``check_readonly_memmap_input``, ``check_sample_weights_pandas_series``,
-    ``check_sample_weights_not_an_array``, ``check_sample_weights_shape``,
-    ``check_sample_weights_not_overwritten`` and
-    ``check_classifier_data_not_an_array`` fit on data whose labels are not
-    ``0..K-1`` for ``K`` columns, which a calibrator rejects because the
-    columns are the classes; ``check_classifiers_classes`` passes string
-    labels without ``classes=``, which are never inferred from ``y``;
-    ``check_decision_proba_consistency`` expects a 1-D binary decision
-    function, while ``decision_function`` returns the ``(n, K)`` calibrated
-    logits.
 
     Examples
     --------
@@ -305,6 +302,12 @@ class MatrixScaling(_LogitScaling):
         Maximum L-BFGS iterations.
     tol : float, default=1e-6
         L-BFGS tolerance on the largest gradient component (``gtol``).
+    max_parameters : int, default=10_000_000
+        Largest ``K^2 + K`` that ``fit`` accepts (``K <= 3161`` by default);
+        more classes raise a ``ValueError`` before anything is allocated. A
+        fit holds about 250 bytes per parameter (L-BFGS keeps 25 vectors of
+        them): 2.5 GB at the default, 25 GB for ``K = 10,000``. At most
+        85,899,298: SciPy's L-BFGS-B cannot address more.
     input : {"logits", "probs"}, default="logits"
         ``"probs"``: ``X`` holds probabilities; the map acts on their logs
         (Dirichlet calibration).
@@ -319,7 +322,9 @@ class MatrixScaling(_LogitScaling):
     mixed_precision : bool, default=False
         Backbone autocast on CUDA.
     memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs.
+        Cache of the backbone outputs. The cache is read back with pickle,
+        which can run code: give only a folder that you trust and that no one
+        else can write to.
     verbose : int, default=0
         Progress output of the backbone pass.
 
@@ -340,22 +345,6 @@ class MatrixScaling(_LogitScaling):
     --------
     TemperatureScaling, VectorScaling
 
-    Notes
-    -----
-    ``check_estimator`` checks waived by design (listed with their reasons by
-    ``_expected_failed_checks()``): ``check_classifiers_train``,
-    ``check_estimators_overwrite_params``, ``check_estimators_fit_returns_self``,
-    ``check_readonly_memmap_input``, ``check_sample_weights_pandas_series``,
-    ``check_sample_weights_not_an_array``, ``check_sample_weights_shape``,
-    ``check_sample_weights_not_overwritten`` and
-    ``check_classifier_data_not_an_array`` fit on data whose labels are not
-    ``0..K-1`` for ``K`` columns, which a calibrator rejects because the
-    columns are the classes; ``check_classifiers_classes`` passes string
-    labels without ``classes=``, which are never inferred from ``y``;
-    ``check_decision_proba_consistency`` expects a 1-D binary decision
-    function, while ``decision_function`` returns the ``(n, K)`` calibrated
-    logits.
-
     Examples
     --------
     >>> import numpy as np
@@ -373,6 +362,7 @@ class MatrixScaling(_LogitScaling):
     _parameter_constraints: dict = {
         **_LogitScaling._parameter_constraints,
         "reg_off_diagonal": [Interval(numbers.Real, 0, None, closed="left")],
+        "max_parameters": [Interval(numbers.Integral, 1, _LBFGS_MAX_PARAMETERS, closed="both")],
     }
 
     def __init__(
@@ -382,6 +372,7 @@ class MatrixScaling(_LogitScaling):
         *,
         max_iter: int = 1000,
         tol: float = 1e-6,
+        max_parameters: int = 10_000_000,
         input: str = "logits",
         classes=None,
         backbone=None,
@@ -395,6 +386,7 @@ class MatrixScaling(_LogitScaling):
         self.reg_bias = reg_bias
         self.max_iter = max_iter
         self.tol = tol
+        self.max_parameters = max_parameters
         self.input = input
         self.classes = classes
         self.backbone = backbone
@@ -407,6 +399,15 @@ class MatrixScaling(_LogitScaling):
     def _check_fit_inputs(self, features, logits):
         n_samples, n_classes = logits.shape
         n_parameters = n_classes * (n_classes + 1)
+        if n_parameters > self.max_parameters:
+            raise ValueError(
+                f"MatrixScaling with K = {n_classes} classes has {n_parameters:,} parameters "
+                f"(K^2 + K), more than max_parameters={self.max_parameters:,}; the fit would "
+                f"need about {n_parameters * _BYTES_PER_PARAMETER / 1e9:.3g} GB. Use "
+                "VectorScaling (2K parameters) or TemperatureScaling (one), or raise "
+                f"max_parameters if the memory is there (at most {_LBFGS_MAX_PARAMETERS:,}, "
+                "what SciPy's L-BFGS-B can address)"
+            )
         # The K^2 weights are what overfit; the K intercepts alone do not.
         if self.reg_off_diagonal == 0 and n_parameters * _SAMPLES_PER_PARAMETER > n_samples:
             warnings.warn(
