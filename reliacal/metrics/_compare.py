@@ -78,8 +78,6 @@ class _Samples:
         self.uniform_bin = np.searchsorted(interior, confidence, side="left")
         # Quantile order: by confidence, ties by outcome (negatives first).
         self.order = np.lexsort((self.outcome, confidence))
-        self.rank = np.empty_like(self.order)
-        self.rank[self.order] = np.arange(self.order.shape[0])
         sorted_confidence = confidence[self.order]
         self.step_ends = np.flatnonzero(np.diff(sorted_confidence, append=np.inf) > 0)
         if y_prob.ndim == 1:
@@ -114,7 +112,11 @@ def _uniform_sums(samples: _Samples, indices: np.ndarray):
 
 def _quantile_sums(samples: _Samples, indices: np.ndarray):
     rows, n_samples = indices.shape
-    sorted_rows = samples.order[np.sort(samples.rank[indices], axis=1)]
+    # Counting sort: each row's multiplicities in quantile order, expanded by repeat,
+    # list that row's resample sorted (every row holds exactly n_samples entries).
+    multiplicity = _multiplicities(indices)[:, samples.order]
+    sorted_rows = np.repeat(np.tile(samples.order, rows), multiplicity.ravel())
+    sorted_rows = sorted_rows.reshape(rows, n_samples)
     base, extra = divmod(n_samples, samples.n_bins)
     sizes = np.full(samples.n_bins, base, dtype=np.int64)
     sizes[:extra] += 1
@@ -125,10 +127,16 @@ def _quantile_sums(samples: _Samples, indices: np.ndarray):
     return np.broadcast_to(sizes, sum_confidence.shape), sum_confidence, sum_outcome
 
 
-def _ks(samples: _Samples, indices: np.ndarray) -> np.ndarray:
+def _multiplicities(indices: np.ndarray) -> np.ndarray:
+    """How often each row of the data occurs in each replicate, shape (rows, n)."""
     rows, n_samples = indices.shape
     flat = (np.arange(rows)[:, None] * n_samples + indices).ravel()
-    multiplicity = np.bincount(flat, minlength=rows * n_samples).reshape(rows, n_samples)
+    return np.bincount(flat, minlength=rows * n_samples).reshape(rows, n_samples)
+
+
+def _ks(samples: _Samples, indices: np.ndarray) -> np.ndarray:
+    n_samples = indices.shape[1]
+    multiplicity = _multiplicities(indices)
     residual = (samples.confidence - samples.outcome)[samples.order]
     cumulative = np.cumsum(multiplicity[:, samples.order] * residual, axis=1) / n_samples
     return np.max(np.abs(cumulative[:, samples.step_ends]), axis=1)
