@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import load_record
 from scipy.stats import norm
 from sklearn.isotonic import IsotonicRegression
 
@@ -20,7 +21,6 @@ from reliacal.metrics import (
     underconfidence_error,
 )
 from reliacal.metrics._decomposition import pool_adjacent_violators
-from tests.conftest import load_record
 
 
 def _binary(n_samples, seed, ties=False):
