@@ -28,6 +28,8 @@ from reliacal.metrics import (
     smooth_calibration_error,
     smooth_reliability_curve,
 )
+from reliacal.metrics._compare import compare
+from reliacal.metrics._smooth_band import smooth_reliability_band
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
 
@@ -119,6 +121,11 @@ class ReliabilityDisplay:
         where the smoothed density of the confidences is at least
         ``MIN_SMOOTH_DENSITY`` (0.1, a tenth of the uniform density): with
         almost no samples under the kernel the estimate means nothing.
+    smooth_band : tuple or None, default=None
+        ``(lower, upper)`` on the smooth curve's grid: a bootstrap band drawn
+        around the smoothed curve (``from_predictions(..., bootstrap=B)``).
+    ece_interval : tuple or None, default=None
+        ``(low, high)`` of the ECE, shown with it in the title.
 
     Attributes
     ----------
@@ -137,6 +144,8 @@ class ReliabilityDisplay:
         The curve of ``kind="line"`` or ``"smooth"``.
     gap_ : matplotlib.container.BarContainer or None
         The marked gaps between accuracy and mean confidence.
+    band_ : matplotlib.collections.PolyCollection or None
+        The bootstrap band around the smoothed curve.
     errorbar_ : matplotlib.container.ErrorbarContainer or None
         The per-bin intervals: black on bars (with a legend entry), in the
         model's colour on a line.
@@ -184,6 +193,8 @@ class ReliabilityDisplay:
         smooth_curve: tuple | None = None,
         smooth_ece: float | None = None,
         kind: str = "bars",
+        smooth_band: tuple | None = None,
+        ece_interval: tuple | None = None,
     ):
         check_option(mode, "mode", _MODES)
         if interval is not None:
@@ -201,6 +212,8 @@ class ReliabilityDisplay:
         self.smooth_curve = smooth_curve
         self.smooth_ece = smooth_ece
         self.kind = kind
+        self.smooth_band = smooth_band
+        self.ece_interval = ece_interval
         self.accuracy_interval = None
         if interval is not None:
             counts = np.asarray(binned_statistics.counts)
@@ -223,6 +236,8 @@ class ReliabilityDisplay:
         interval: str | None = None,
         confidence_level: float = 0.95,
         kind: str = "bars",
+        bootstrap: int = 0,
+        random_state: Any = None,
         ax: Any = None,
         hist_ax: Any = None,
         **plot_kwargs: Any,
@@ -256,6 +271,14 @@ class ReliabilityDisplay:
         kind : {"bars", "line", "smooth"}, default="bars"
             Bars per bin, a line through the bins, or the kernel-smoothed
             curve of :func:`reliacal.metrics.smooth_reliability_curve`.
+        bootstrap : int, default=0
+            Bootstrap replicates (0: none). With ``B > 0`` the title shows the
+            ECE with its ``confidence_level`` percentile interval
+            (:func:`reliacal.metrics.compare`), and ``kind="smooth"`` draws a
+            pointwise bootstrap band around the curve (same bandwidth in every
+            replicate).
+        random_state : int, numpy Generator or None, default=None
+            Seed of the bootstrap.
         ax, hist_ax : matplotlib Axes or None, default=None
             Where to draw; see :meth:`plot`.
         **plot_kwargs
@@ -292,6 +315,8 @@ class ReliabilityDisplay:
             interval=interval,
             confidence_level=confidence_level,
             kind=kind,
+            bootstrap=bootstrap,
+            random_state=random_state,
         )
         return display.plot(ax=ax, hist_ax=hist_ax, **plot_kwargs)
 
@@ -310,6 +335,8 @@ class ReliabilityDisplay:
         interval,
         confidence_level,
         kind,
+        bootstrap=0,
+        random_state=None,
     ) -> ReliabilityDisplay:
         """Bin the data into a display, without drawing it."""
         check_option(mode, "mode", _MODES)
@@ -332,6 +359,9 @@ class ReliabilityDisplay:
             smooth_ece = smooth_calibration_error(
                 y_true, y_prob, mode=metric_mode, labels=metric_labels
             )
+        smooth_band, ece_interval = _bootstrap_extras(
+            y_true, y_prob, binning, metric_labels, kind, bootstrap, random_state, confidence_level
+        )
         return cls(
             statistics,
             ece=ece,
@@ -343,6 +373,8 @@ class ReliabilityDisplay:
             smooth_curve=smooth_curve,
             smooth_ece=smooth_ece,
             kind=kind,
+            smooth_band=smooth_band,
+            ece_interval=ece_interval,
         )
 
     @classmethod
@@ -487,7 +519,7 @@ class ReliabilityDisplay:
         else:
             label = _legend_label(name, "ECE", self.ece)
 
-        self.bars_ = self.line_ = self.gap_ = self.errorbar_ = None
+        self.bars_ = self.line_ = self.gap_ = self.errorbar_ = self.band_ = None
         if kind == "bars":
             left, right = edges[:-1][filled], edges[1:][filled]
             shares = counts[filled] / counts.max()
@@ -538,6 +570,16 @@ class ReliabilityDisplay:
             shown = np.where(np.asarray(density) >= MIN_SMOOTH_DENSITY, smoothed, np.nan)
             (self.line_,) = ax.plot(grid_points, shown, color=color, label=label, **kwargs)
             color = self.line_.get_color()
+            if self.smooth_band is not None:
+                visible = np.asarray(density) >= MIN_SMOOTH_DENSITY
+                self.band_ = ax.fill_between(
+                    grid_points,
+                    *self.smooth_band,
+                    where=visible,
+                    color=color,
+                    alpha=0.25,
+                    label=f"{self.confidence_level:.0%} bootstrap band",
+                )
 
         if self.accuracy_interval is not None and kind != "smooth":
             lower, upper = (bound[filled] for bound in self.accuracy_interval)
@@ -555,6 +597,12 @@ class ReliabilityDisplay:
                 else "_nolegend_",
             )
 
+        if self.ece_interval is not None:
+            low, high = self.ece_interval
+            ax.set_title(
+                f"ECE = {100.0 * self.ece:.2f}% "
+                f"({self.confidence_level:.0%} CI {100.0 * low:.2f}-{100.0 * high:.2f}%)"
+            )
         ax.set_xlim(0.0, 1.0)
         ax.set_ylim(0.0, 1.0)
         ax.set_aspect("equal" if hist_ax is None else "auto")
@@ -733,6 +781,42 @@ _MODEL_LABELS = {
     "line": "Accuracy per bin",
     "smooth": "Smoothed accuracy",
 }
+
+
+def _bootstrap_extras(
+    y_true, y_prob, binning, labels, kind, bootstrap, random_state, confidence_level
+):
+    """``(smooth_band, ece_interval)`` from ``bootstrap`` replicates, or Nones."""
+    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int | np.integer) or bootstrap < 0:
+        raise ValueError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
+    if bootstrap == 0:
+        return None, None
+    rng = np.random.default_rng(random_state)  # one stream for both resamplings
+    metric = "ece" if binning["strategy"] == "uniform" else "adaptive_ece"
+    row = compare(
+        y_true,
+        {"model": y_prob},
+        metrics=[metric],
+        n_bootstraps=bootstrap,
+        confidence_level=confidence_level,
+        random_state=rng,
+        n_bins=binning["n_bins"],
+        mode=binning["mode"],
+        labels=labels,
+    ).loc[("model", metric)]
+    band = None
+    if kind == "smooth":
+        band = smooth_reliability_band(
+            y_true,
+            y_prob,
+            n_bootstraps=bootstrap,
+            confidence_level=confidence_level,
+            random_state=rng,
+            mode=binning["mode"],
+            labels=labels,
+        )
+        band = (band.lower, band.upper)
+    return band, (float(row["ci_low"]), float(row["ci_high"]))
 
 
 def _one_class_problem(y_true, y_prob, class_, labels):

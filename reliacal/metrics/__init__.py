@@ -18,6 +18,18 @@ from reliacal.metrics._calibration_error import (
     expected_calibration_error,
     maximum_calibration_error,
 )
+from reliacal.metrics._calibration_tests import (
+    SpiegelhalterResult,
+    ks_calibration_error,
+    spiegelhalter_test,
+)
+from reliacal.metrics._compare import compare
+from reliacal.metrics._decomposition import (
+    CorpReliability,
+    ScoreDecomposition,
+    corp_reliability,
+    score_decomposition,
+)
 from reliacal.metrics._report import calibration_report
 from reliacal.metrics._scorers import (
     CalibrationScorer,
@@ -33,26 +45,44 @@ from reliacal.metrics._smooth import (
     smooth_reliability_curve,
 )
 from reliacal.metrics._streaming import CalibrationState
+from reliacal.metrics._sweep import (
+    monotonic_sweep_calibration_error,
+    overconfidence_error,
+    signed_calibration_error,
+    underconfidence_error,
+)
 
 __all__ = [
     "BinnedStatistics",
     "CalibrationScorer",
     "CalibrationState",
+    "CorpReliability",
+    "ScoreDecomposition",
     "SmoothReliabilityCurve",
+    "SpiegelhalterResult",
     "accuracy",
     "binned_statistics",
     "brier_score",
     "brier_scorer",
     "calibration_report",
     "classwise_calibration_error",
+    "compare",
+    "corp_reliability",
     "debiased_calibration_error",
     "ece_scorer",
     "expected_calibration_error",
+    "ks_calibration_error",
     "make_calibration_scorer",
     "maximum_calibration_error",
+    "monotonic_sweep_calibration_error",
     "negative_log_likelihood",
     "nll_scorer",
+    "overconfidence_error",
+    "score_decomposition",
+    "signed_calibration_error",
     "smooth_calibration_error",
     "smooth_reliability_curve",
     "softmax",
+    "spiegelhalter_test",
+    "underconfidence_error",
 ]

@@ -1,0 +1,134 @@
+"""Binning-free calibration statistics: the KS calibration error and Spiegelhalter's Z."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from reliacal._validation import check_option, check_probabilities
+from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+
+
+class SpiegelhalterResult(NamedTuple):
+    """Spiegelhalter's Z statistic and its two-sided p-value."""
+
+    statistic: float
+    pvalue: float
+
+
+def _scores(y_true, y_prob, mode, labels):
+    check_option(mode, "mode", MODES)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    return confidence, outcome.astype(np.float64)
+
+
+def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
+    r"""Kolmogorov-Smirnov calibration error (Gupta et al., 2021).
+
+    Sort the samples by forecast :math:`x_{(1)} \le \dots \le x_{(n)}` (top-label
+    confidence, or :math:`p(y = 1)` with ``mode="positive"``) with outcomes
+    :math:`o_{(i)}` (correctness, or :math:`[y = 1]`), and compare the cumulative
+    sums:
+
+    .. math:: \mathrm{KS} = \max_i \Big\lvert \frac{1}{n}\sum_{j \le i} x_{(j)}
+              - \frac{1}{n}\sum_{j \le i} o_{(j)} \Big\rvert .
+
+    A calibrated forecaster has matching cumulative curves. No bins. Equal
+    forecasts form one step of the curves: the difference is taken only after the
+    last of them, so the value does not depend on the order of ties (without ties
+    this is exactly Gupta et al.'s definition).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is tested.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The KS calibration error, in [0, 1].
+
+    References
+    ----------
+    K. Gupta, A. Rahimi, T. Ajanthan, T. Mensink, C. Sminchisescu, R. Hartley.
+    Calibration of Neural Networks using Splines. ICLR 2021.
+
+    Examples
+    --------
+    >>> ks_calibration_error([0, 1, 1], [0.2, 0.6, 0.9], mode="positive")
+    0.1
+    """
+    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    order = np.argsort(confidence, kind="stable")
+    sorted_confidence = confidence[order]
+    difference = np.cumsum(sorted_confidence - outcome[order]) / confidence.shape[0]
+    # The last index of each run of equal forecasts.
+    step_ends = np.flatnonzero(np.diff(sorted_confidence, append=np.inf) > 0)
+    return float(np.max(np.abs(difference[step_ends])))
+
+
+def spiegelhalter_test(
+    y_true, y_prob, *, mode: str = "top-label", labels=None
+) -> SpiegelhalterResult:
+    r"""Spiegelhalter's Z test of calibration, with a two-sided p-value.
+
+    With forecasts :math:`x_i` and outcomes :math:`o_i` (as in
+    :func:`ks_calibration_error`), the Brier score's deviation from its
+    expectation under calibration, standardised:
+
+    .. math:: Z = \frac{\sum_i (o_i - x_i)(1 - 2 x_i)}
+                       {\sqrt{\sum_i (1 - 2 x_i)^2 \, x_i (1 - x_i)}} ,
+
+    which is asymptotically standard normal when the forecasts are calibrated
+    (:math:`o_i \sim \mathrm{Bernoulli}(x_i)` independently). The p-value is
+    :math:`2\,(1 - \Phi(\lvert Z \rvert))`, computed as
+    :math:`\mathrm{erfc}(\lvert Z \rvert / \sqrt 2)`. A small p-value is evidence
+    of miscalibration. Undefined (``ValueError``) when every forecast is 0, 0.5 or
+    1: then the denominator is 0.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is tested.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    SpiegelhalterResult
+        ``(statistic, pvalue)``.
+
+    References
+    ----------
+    D. J. Spiegelhalter. Probabilistic prediction in patient management and
+    clinical trials. Statistics in Medicine 5(5), 1986.
+
+    Examples
+    --------
+    >>> result = spiegelhalter_test([0, 1], [0.2, 0.7], mode="positive")
+    >>> round(result.statistic, 4), round(result.pvalue, 4)
+    (-0.7947, 0.4268)
+    """
+    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    slope = 1.0 - 2.0 * confidence
+    variance = float(np.sum(slope**2 * confidence * (1.0 - confidence)))
+    if variance <= 0.0:
+        raise ValueError(
+            "Spiegelhalter's test is undefined when every forecast is 0, 0.5 or 1 "
+            "(its variance under calibration is 0)"
+        )
+    statistic = float(np.sum((outcome - confidence) * slope)) / math.sqrt(variance)
+    return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))

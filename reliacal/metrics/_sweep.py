@@ -1,0 +1,253 @@
+"""ECE with a data-chosen bin count (monotonic sweep) and signed over/under-confidence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal.metrics._binning import STRATEGIES, bin_scores
+from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+
+SWEEP_NORMS = ("l1", "l2")
+
+
+def _scores(y_true, y_prob, mode, labels):
+    check_option(mode, "mode", MODES)
+    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    return confidences_and_outcomes(y_index, y_prob, mode)
+
+
+def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndarray:
+    """Means of the ``numpy.array_split`` groups, from a cumulative sum with a leading 0."""
+    base, extra = divmod(n_samples, n_bins)
+    sizes = np.full(n_bins, base, dtype=np.int64)
+    sizes[:extra] += 1
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return (cumulative[bounds[1:]] - cumulative[bounds[:-1]]) / sizes
+
+
+def sweep_n_bins(confidence: np.ndarray, outcome: np.ndarray) -> int:
+    """The monotonic-sweep bin count of validated float64 scores and boolean outcomes.
+
+    Samples are ordered as the quantile bins order them (by confidence, ties by
+    outcome, negatives first), so ``b`` equal-mass bins are ``array_split`` groups
+    of that order and each bin's accuracy is a difference of one cumulative sum.
+    """
+    n_samples = confidence.shape[0]
+    # Sorting the (confidence, outcome) pairs lexicographically: the outcome breaks ties.
+    order = np.lexsort((outcome, confidence))
+    sorted_outcome = outcome[order].astype(np.float64)
+    if np.all(np.diff(sorted_outcome) >= 0):
+        # Contiguous groups of a non-decreasing sequence always have non-decreasing means.
+        return n_samples
+    cumulative = np.concatenate([[0.0], np.cumsum(sorted_outcome)])
+    n_bins = 1
+    while n_bins < n_samples:
+        accuracy = _group_means(cumulative, n_samples, n_bins + 1)
+        if np.any(np.diff(accuracy) < 0):
+            break
+        n_bins += 1
+    return n_bins
+
+
+def monotonic_sweep_calibration_error(
+    y_true,
+    y_prob,
+    *,
+    norm: str = "l1",
+    mode: str = "top-label",
+    labels=None,
+    return_n_bins: bool = False,
+):
+    r"""ECE with equal-mass bins, their number chosen by the monotonic sweep.
+
+    Roelofs et al. (2022) pick the bin count from the data: the largest :math:`b`
+    such that for every :math:`b' \le b` the accuracies of :math:`b'` equal-mass
+    bins are monotone (non-decreasing in confidence),
+
+    .. math:: b^* = \max\{b \le n : \forall b' \le b,\;
+              \bar o^{(b')}_1 \le \dots \le \bar o^{(b')}_{b'}\},
+
+    i.e. the sweep :math:`b = 1, 2, \dots` stops before the first count whose
+    accuracies decrease somewhere. The result is
+    :func:`expected_calibration_error` with ``strategy="quantile"`` and
+    ``n_bins=b*`` (same bins: ``array_split`` of the confidences sorted with ties
+    ordered by outcome). Each count costs O(b) from one cumulative sum, so the
+    sweep costs O(n log n + b*^2).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    norm : {"l1", "l2"}, default="l1"
+        ECE (``l1``) or RMS calibration error (``l2``) at the chosen bins.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+    return_n_bins : bool, default=False
+        Also return the chosen bin count.
+
+    Returns
+    -------
+    float, or (float, int) with ``return_n_bins=True``
+        The calibration error (and :math:`b^*`).
+
+    References
+    ----------
+    R. Roelofs, N. Cain, J. Shlens, M. C. Mozer. Mitigating Bias in Calibration
+    Error Estimation. AISTATS 2022.
+
+    Examples
+    --------
+    >>> p = [0.1, 0.2, 0.3, 0.4, 0.6, 0.7]
+    >>> y = [0, 1, 0, 1, 1, 1]
+    >>> error, n_bins = monotonic_sweep_calibration_error(
+    ...     y, p, mode="positive", return_n_bins=True
+    ... )
+    >>> round(error, 4), n_bins
+    (0.2833, 4)
+    """
+    check_option(norm, "norm", SWEEP_NORMS)
+    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    n_bins = sweep_n_bins(confidence, outcome)
+    stats = bin_scores(confidence, outcome, n_bins, "quantile")
+    weights = stats.counts / stats.n_samples
+    filled = stats.counts > 0
+    gaps = np.abs(stats.gaps[filled])
+    if norm == "l1":
+        error = float(np.sum(weights[filled] * gaps))
+    else:
+        error = float(np.sqrt(np.sum(weights[filled] * gaps**2)))
+    return (error, n_bins) if return_n_bins else error
+
+
+def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
+    n_bins = check_n_bins(n_bins)
+    check_option(strategy, "strategy", STRATEGIES)
+    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    stats = bin_scores(confidence, outcome, n_bins, strategy)
+    filled = stats.counts > 0
+    weights = stats.counts[filled] / stats.n_samples
+    excess = -stats.gaps[filled]  # mean confidence - accuracy per bin
+    return weights, excess
+
+
+def overconfidence_error(
+    y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
+) -> float:
+    r"""The part of the ECE from over-confident bins.
+
+    .. math:: \mathrm{OE} = \sum_b \frac{n_b}{n} \max(\bar c_b - \bar o_b, 0)
+
+    with the bins of :func:`expected_calibration_error`. Together with
+    :func:`underconfidence_error`: ``OE + UE = ECE`` and
+    ``OE - UE = signed_calibration_error`` (mean confidence minus accuracy).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The over-confidence error, in [0, 1].
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(overconfidence_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
+    0.125
+    """
+    weights, excess = _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels)
+    return float(np.sum(weights * np.maximum(excess, 0.0)))
+
+
+def underconfidence_error(
+    y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
+) -> float:
+    r"""The part of the ECE from under-confident bins.
+
+    .. math:: \mathrm{UE} = \sum_b \frac{n_b}{n} \max(\bar o_b - \bar c_b, 0)
+
+    with the bins of :func:`expected_calibration_error`; see
+    :func:`overconfidence_error`.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    n_bins : int, default=15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        The under-confidence error, in [0, 1].
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(underconfidence_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
+    0.125
+    """
+    weights, excess = _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels)
+    return float(np.sum(weights * np.maximum(-excess, 0.0)))
+
+
+def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
+    r"""Signed calibration error: mean confidence minus accuracy.
+
+    .. math:: \mathrm{SCE} = \sum_b \frac{n_b}{n} (\bar c_b - \bar o_b)
+              = \frac{1}{n}\sum_i (c_i - o_i)
+
+    Positive means over-confident, negative under-confident. Weighting each bin's
+    signed gap by its mass gives the same value for any binning, so no ``n_bins``:
+    it equals ``overconfidence_error - underconfidence_error`` for every bin count,
+    while over- and under-confident bins cancel here (their sum is the ECE).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels.
+    y_prob : array-like of shape (n, K) or (n,)
+        Predicted probabilities.
+    mode : {"top-label", "positive"}, default="top-label"
+        Which probability is calibrated.
+    labels : array-like of shape (K,), optional
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    float
+        Mean confidence minus accuracy, in [-1, 1].
+
+    Examples
+    --------
+    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    >>> round(signed_calibration_error([0, 1, 1, 0], y_prob), 4)
+    0.0
+    """
+    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    return float(np.mean(confidence) - np.mean(outcome))
