@@ -208,9 +208,15 @@ def _positive_int(text: str) -> int:
     from reliacal._validation import check_n_bins
 
     try:
-        return check_n_bins(int(text))
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    try:
+        return check_n_bins(value)
+    except ValueError as error:  # too many bins: check_n_bins says the limit
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _non_negative_float(text: str) -> float:

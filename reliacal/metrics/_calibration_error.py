@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal._validation import (
+    check_classwise_bins,
+    check_n_bins,
+    check_option,
+    check_probabilities,
+)
 from reliacal.metrics._binning import (
     STRATEGIES,
     BinnedStatistics,
@@ -93,6 +98,7 @@ def classwise_uniform_sums(
     Returns ``(counts, sum_probability, sum_outcome)``, each of shape ``(K, n_bins)``.
     """
     n_classes = entries.column_sums.shape[0]
+    check_classwise_bins(n_bins, n_classes)
     size = n_classes * n_bins
     entry_bins = uniform_bin_index(entries.values, n_bins)
     flat = entries.columns * n_bins + entry_bins
@@ -119,6 +125,7 @@ def _classwise_sums(y_index, y_prob, n_bins: int, strategy: str):
     """``(counts, sum_probability, sum_outcome)`` of shape ``(K, n_bins)``."""
     if y_prob.ndim == 1:
         y_prob = binary_columns(y_prob)
+    check_classwise_bins(n_bins, y_prob.shape[1])
     if strategy == "uniform":
         scan = scan_matrix(
             y_prob,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliacal._validation import check_n_bins, check_probabilities
+from reliacal._validation import check_classwise_bins, check_n_bins, check_probabilities
 from reliacal.metrics._binning import (
     BinnedStatistics,
     bin_scores,
@@ -104,6 +104,7 @@ class CalibrationState:
 
     def _set_classes(self, n_classes: int) -> None:
         if self.n_classes is None:
+            check_classwise_bins(self.n_bins, n_classes)
             self.n_classes = n_classes
             self._classwise = tuple(np.zeros((n_classes, self.n_bins)) for _ in range(3))
         elif n_classes != self.n_classes:
