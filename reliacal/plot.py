@@ -241,14 +241,16 @@ class ReliabilityDisplay:
         n_bins : int, default=15
             Number of bins.
         strategy : {"uniform", "quantile"}, default="uniform"
-            Equal-width bins or equal-mass bins (see ``docs/metrics.md``).
+            Equal-width bins or equal-mass bins (the conventions of
+            :func:`reliacal.metrics.binned_statistics`).
         mode : {"top-label", "positive", "class"}, default="top-label"
             See :class:`ReliabilityDisplay`.
         class_ : label or None, default=None
             The class whose probability ``mode="class"`` bins (required there).
         labels : array-like or None, default=None
-            The labels of the columns of ``y_prob`` (default: the sorted
-            unique values of ``y_true``).
+            The class of each column of ``y_prob``. Without it, ``y_true``
+            must hold column indices ``0..K-1`` (``0``/``1`` for 1-D
+            ``y_prob``); string labels need ``labels``.
         interval : {None, "wilson", "clopper-pearson"}, default=None
             Per-bin interval on the accuracy.
         confidence_level : float, default=0.95

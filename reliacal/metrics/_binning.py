@@ -1,6 +1,6 @@
 """Binning of confidences: the single source of every binned metric and of the plots.
 
-Conventions (see ``docs/metrics.md``):
+Conventions (also stated in :func:`binned_statistics`, the public entry point):
 
 * uniform bins have edges exactly ``b / n_bins`` (division, not ``linspace``), are
   right-closed ``(lo, hi]`` and the first bin also holds 0, so a confidence on an
