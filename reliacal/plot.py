@@ -28,10 +28,10 @@ from reliacal.metrics import (
     smooth_calibration_error,
     smooth_reliability_curve,
 )
+from reliacal.metrics._modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
 
-_MODES = ("top-label", "positive", "class")
 _KINDS = ("bars", "line", "smooth")
 _INTERVALS = ("wilson", "clopper-pearson")
 _DIAGONAL_ID = "reliacal-diagonal"
@@ -185,7 +185,7 @@ class ReliabilityDisplay:
         smooth_ece: float | None = None,
         kind: str = "bars",
     ):
-        check_option(mode, "mode", _MODES)
+        check_mode(mode, PLOT_MODES)
         if interval is not None:
             check_option(interval, "interval", _INTERVALS)
         check_option(kind, "kind", _KINDS)
@@ -314,11 +314,11 @@ class ReliabilityDisplay:
         kind,
     ) -> ReliabilityDisplay:
         """Bin the data into a display, without drawing it."""
-        check_option(mode, "mode", _MODES)
+        check_mode(mode, PLOT_MODES)
         check_option(kind, "kind", _KINDS)
-        if mode == "class":
+        if mode == CLASS:
             y_true, y_prob = _one_class_problem(y_true, y_prob, class_, labels)
-            metric_mode, metric_labels = "positive", [0, 1]
+            metric_mode, metric_labels = POSITIVE, [0, 1]
         else:
             if class_ is not None:
                 raise ValueError('class_ is only used with mode="class"')
@@ -599,9 +599,9 @@ class ReliabilityDisplay:
         hist_ax.set_ylim(bottom=0.0, auto=None)
 
     def _axis_labels(self) -> tuple[str, str]:
-        if self.mode == "top-label":
+        if self.mode == TOP_LABEL:
             return "Confidence (top-label probability)", "Accuracy"
-        if self.mode == "positive":
+        if self.mode == POSITIVE:
             return "Predicted probability of the positive class", "Observed frequency"
         return f"Predicted probability of class {self.class_}", "Observed frequency"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import matplotlib
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from reliacal.metrics import (
     maximum_calibration_error,
     negative_log_likelihood,
     smooth_calibration_error,
+    softmax,
 )
 from reliacal.plot import ReliabilityDisplay, plot_reliability_diagrams
 
@@ -138,3 +141,30 @@ def test_numeric_object_arrays_and_integers_are_still_accepted():
 def test_complex_probabilities_are_refused():
     with pytest.raises(ValueError, match="y_prob must be real numbers, got dtype complex128"):
         expected_calibration_error(Y, P.astype(complex))
+
+
+# ------------------------------------------------------------------ memory
+
+
+def _traced_peak(function) -> int:
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("n_classes", [10, 100])
+def test_classwise_adds_less_than_the_input_with_few_classes(n_classes):
+    # With fewer classes than bins most entries exceed 1 / n_bins: listing them all
+    # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
+    rng = np.random.default_rng(n_classes)
+    n_samples = 1_000_000 // n_classes
+    probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
+    labels = rng.integers(0, n_classes, size=n_samples)
+    for strategy in ("uniform", "quantile"):
+        peak = _traced_peak(
+            lambda: classwise_calibration_error(labels, probs, strategy=strategy)  # noqa: B023
+        )
+        assert peak < probs.nbytes + labels.nbytes, strategy
