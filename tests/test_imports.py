@@ -33,21 +33,32 @@ def _torch_modules_after(script: str) -> list[str]:
     return [name for name in last_line.split(",") if name]
 
 
-def test_fitting_temperature_scaling_on_numpy_logits_leaves_torch_unloaded():
+def test_fitting_and_pickling_calibrators_on_numpy_logits_leaves_torch_unloaded():
     loaded = _torch_modules_after(
         """
+        import pickle
         import warnings
         import numpy as np
-        from reliacal.calibrators import TemperatureScaling, VectorScaling
+        import pandas as pd
+        from reliacal.calibrators import MatrixScaling, TemperatureScaling, VectorScaling
 
         rng = np.random.default_rng(0)
         logits = rng.normal(size=(200, 3)) * 3.0
         labels = np.where(rng.uniform(size=200) < 0.8, logits.argmax(axis=1), 0)
-        for model in (TemperatureScaling(), VectorScaling()):
+        models = (
+            TemperatureScaling(),
+            TemperatureScaling(objective="ece"),
+            VectorScaling(),
+            MatrixScaling(),
+        )
+        for model in models:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                model.fit(logits, labels)
+                model.fit(pd.DataFrame(logits), labels)
             assert model.predict_proba(logits).shape == (200, 3)
+            assert 0 <= model.score(logits, labels) <= 1
+            restored = pickle.loads(pickle.dumps(model))  # joblib and GridSearchCV pickle
+            assert restored.predict(logits).shape == (200,)
         """
     )
     assert loaded == []

@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 import numbers
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -256,8 +257,11 @@ def _looks_like_probabilities(logits: np.ndarray) -> bool:
 
 
 def _on_accelerator(value: Any) -> bool:
-    import torch
-
+    # Without torch loaded nothing can be a tensor: pickling a numpy-only
+    # calibrator must not import it.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
     if isinstance(value, torch.Tensor):
         return value.device.type != "cpu"
     if isinstance(value, torch.nn.Module):
