@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import matplotlib
 import numpy as np
 import pytest
@@ -12,9 +10,7 @@ from reliacal._validation import MAX_CLASSWISE_CELLS, MAX_N_BINS
 from reliacal.cli import main
 from reliacal.metrics import (
     CalibrationState,
-    accuracy,
     binned_statistics,
-    brier_score,
     calibration_report,
     classwise_calibration_error,
     debiased_calibration_error,
@@ -22,9 +18,8 @@ from reliacal.metrics import (
     make_calibration_scorer,
     maximum_calibration_error,
     negative_log_likelihood,
-    smooth_calibration_error,
-    softmax,
 )
+from reliacal.metrics._registry import METRICS as REGISTRY
 from reliacal.plot import ReliabilityDisplay, plot_reliability_diagrams
 
 matplotlib.use("Agg")
@@ -93,16 +88,8 @@ def test_command_refuses_too_many_bins_with_the_limit(capsys):
 # ------------------------------------------------------------- numeric strings
 
 TEXT = [["0.9", "0.1"], ["0.8", "0.2"], ["0.3", "0.7"], ["0.6", "0.4"]]
-METRICS = [
-    accuracy,
-    brier_score,
-    classwise_calibration_error,
-    debiased_calibration_error,
-    expected_calibration_error,
-    maximum_calibration_error,
-    negative_log_likelihood,
-    smooth_calibration_error,
-]
+# Every public function of the metric table takes (y_true, y_prob).
+METRICS = [metric.function for metric in REGISTRY if metric.function is not None]
 
 
 @pytest.mark.parametrize("metric", METRICS, ids=lambda metric: metric.__name__)
@@ -141,30 +128,3 @@ def test_numeric_object_arrays_and_integers_are_still_accepted():
 def test_complex_probabilities_are_refused():
     with pytest.raises(ValueError, match="y_prob must be real numbers, got dtype complex128"):
         expected_calibration_error(Y, P.astype(complex))
-
-
-# ------------------------------------------------------------------ memory
-
-
-def _traced_peak(function) -> int:
-    tracemalloc.start()
-    try:
-        function()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-@pytest.mark.parametrize("n_classes", [10, 100])
-def test_classwise_adds_less_than_the_input_with_few_classes(n_classes):
-    # With fewer classes than bins most entries exceed 1 / n_bins: listing them all
-    # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
-    rng = np.random.default_rng(n_classes)
-    n_samples = 1_000_000 // n_classes
-    probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
-    labels = rng.integers(0, n_classes, size=n_samples)
-    for strategy in ("uniform", "quantile"):
-        peak = _traced_peak(
-            lambda: classwise_calibration_error(labels, probs, strategy=strategy)  # noqa: B023
-        )
-        assert peak < probs.nbytes + labels.nbytes, strategy

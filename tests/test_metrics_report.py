@@ -158,6 +158,21 @@ def test_no_full_size_temporaries():
     assert _peak_bytes(lambda: calibration_report(labels, {"m": probs})) < 0.5 * matrix_bytes
 
 
+@pytest.mark.parametrize("n_classes", [10, 100])
+def test_classwise_adds_less_than_the_input_with_few_classes(n_classes):
+    # With fewer classes than bins most entries exceed 1 / n_bins: listing them all
+    # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
+    rng = np.random.default_rng(n_classes)
+    n_samples = 1_000_000 // n_classes
+    probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
+    labels = rng.integers(0, n_classes, size=n_samples)
+    for strategy in ("uniform", "quantile"):
+        peak = _peak_bytes(
+            lambda: classwise_calibration_error(labels, probs, strategy=strategy)  # noqa: B023
+        )
+        assert peak < probs.nbytes + labels.nbytes, strategy
+
+
 def test_scan_blocks_agree_with_whole_matrix():
     rng = np.random.default_rng(5)
     probs = softmax(rng.normal(size=(5000, 300)))  # several row blocks
