@@ -159,18 +159,21 @@ def test_no_full_size_temporaries():
 
 
 @pytest.mark.parametrize("n_classes", [10, 100])
-def test_classwise_adds_less_than_the_input_with_few_classes(n_classes):
+def test_classwise_and_report_add_less_than_the_input_with_few_classes(n_classes):
     # With fewer classes than bins most entries exceed 1 / n_bins: listing them all
     # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
+    # The report adds a few O(n) arrays (labels, confidences, scores) besides.
     rng = np.random.default_rng(n_classes)
-    n_samples = 1_000_000 // n_classes
+    n_samples = 2_000_000 // n_classes
     probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
     labels = rng.integers(0, n_classes, size=n_samples)
-    for strategy in ("uniform", "quantile"):
-        peak = _peak_bytes(
-            lambda: classwise_calibration_error(labels, probs, strategy=strategy)  # noqa: B023
-        )
-        assert peak < probs.nbytes + labels.nbytes, strategy
+    calls = {
+        "uniform": lambda: classwise_calibration_error(labels, probs),
+        "quantile": lambda: classwise_calibration_error(labels, probs, strategy="quantile"),
+        "report": lambda: calibration_report(labels, {"m": probs}),
+    }
+    for name, call in calls.items():
+        assert _peak_bytes(call) < probs.nbytes + labels.nbytes, name
 
 
 def test_scan_blocks_agree_with_whole_matrix():

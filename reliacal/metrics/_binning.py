@@ -26,7 +26,7 @@ from reliacal.metrics._predictions import confidences_and_outcomes
 
 STRATEGIES = ("uniform", "quantile")
 # Samples binned at once by uniform_sums.
-_CHUNK_SAMPLES = 1 << 18
+_CHUNK_SAMPLES = 1 << 16
 
 
 def _array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:

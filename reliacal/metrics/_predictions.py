@@ -21,11 +21,11 @@ from reliacal.metrics._modes import POSITIVE, SCORE_MODES, check_mode
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22
 # Classwise binning makes several 8-byte temporaries per entry of a block: smaller
-# blocks (256 KiB of float32) keep those in cache and their total small.
-_CLASSWISE_BLOCK_ENTRIES = 1 << 16
+# blocks (128 KiB of float32) keep those in cache and their total small.
+_CLASSWISE_BLOCK_ENTRIES = 1 << 15
 # Classwise entries wait in a buffer until this many (or as many as there are cells)
 # are binned at once: one bincount per block would cost O(cells) per block.
-_PENDING_ENTRIES = 1 << 16
+_PENDING_ENTRIES = 1 << 14
 
 
 @dataclass(frozen=True)

@@ -45,20 +45,26 @@ def _replicate(summary, matrix, sample, n_bins) -> dict[str, float]:
 def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_level) -> dict:
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     summary = summarize(y_index, y_prob, n_bins)
-    row = compute(MetricSums.of_summary(summary, keep_samples=True), COLUMNS)
-    if bootstrap:
-        matrix = prediction_matrix(y_prob)
-        n_samples = y_index.shape[0]
-        replicates = {column: np.empty(bootstrap) for column in COLUMNS}
-        for b in range(bootstrap):
-            values = _replicate(summary, matrix, rng.integers(0, n_samples, n_samples), n_bins)
-            for column in COLUMNS:
-                replicates[column][b] = values[column]
-        tail = 100 * (1 - confidence_level) / 2
+    del y_index  # the summary holds it
+    sums = MetricSums.of_summary(summary, keep_samples=True)
+    if not bootstrap:
+        # The per-sample scores and labels are summed already: free them before the
+        # quantile and smooth metrics allocate their own O(n) arrays.
+        del summary
+        return compute(sums, COLUMNS)
+    row = compute(sums, COLUMNS)
+    matrix = prediction_matrix(y_prob)
+    n_samples = summary.y_index.shape[0]
+    replicates = {column: np.empty(bootstrap) for column in COLUMNS}
+    for b in range(bootstrap):
+        values = _replicate(summary, matrix, rng.integers(0, n_samples, n_samples), n_bins)
         for column in COLUMNS:
-            low, high = np.percentile(replicates[column], [tail, 100 - tail])
-            row[f"{column}_ci_low"] = float(low)
-            row[f"{column}_ci_high"] = float(high)
+            replicates[column][b] = values[column]
+    tail = 100 * (1 - confidence_level) / 2
+    for column in COLUMNS:
+        low, high = np.percentile(replicates[column], [tail, 100 - tail])
+        row[f"{column}_ci_low"] = float(low)
+        row[f"{column}_ci_high"] = float(high)
     return row
 
 

@@ -28,7 +28,7 @@ _BISECTION_STEPS = 10
 _MIN_BANDWIDTH = 0.001
 _DENSITY_FLOOR = 0.0001
 # Samples spread onto a grid at once.
-_CHUNK_SAMPLES = 1 << 18
+_CHUNK_SAMPLES = 1 << 16
 
 
 def _kernel_grid_size(bandwidth: float) -> int:

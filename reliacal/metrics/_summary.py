@@ -52,13 +52,15 @@ def summarize(y_index: np.ndarray, y_prob: np.ndarray, n_bins: int) -> Predictio
         squares=brier is None,
         classwise_bins=n_bins,
     )
+    # The scan's arrays are overwritten in place, so that at most n floats of
+    # temporaries pile up beside the summary.
     if brier is None:
-        brier = brier_terms(scan.true_probability, scan.sum_of_squares)
+        brier = brier_terms(scan.true_probability, scan.sum_of_squares, in_place=True)
     return PredictionSummary(
         y_index=y_index,
         confidence=without_negative_zero(scan.confidence),
         correct=scan.correct,
-        log_loss=clipped_log_loss(scan.true_probability, y_prob.dtype),
+        log_loss=clipped_log_loss(scan.true_probability, y_prob.dtype, in_place=True),
         brier=brier,
         classwise=scan.classwise,
     )
