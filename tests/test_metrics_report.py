@@ -164,7 +164,7 @@ def test_classwise_and_report_add_less_than_the_input_with_few_classes(n_classes
     # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
     # The report adds a few O(n) arrays (labels, confidences, scores) besides.
     rng = np.random.default_rng(n_classes)
-    n_samples = 2_000_000 // n_classes
+    n_samples = 4_000_000 // n_classes
     probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
     labels = rng.integers(0, n_classes, size=n_samples)
     calls = {

@@ -20,12 +20,15 @@ from reliacal.metrics._modes import POSITIVE, SCORE_MODES, check_mode
 
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22
-# Classwise binning makes several 8-byte temporaries per entry of a block: smaller
-# blocks (128 KiB of float32) keep those in cache and their total small.
-_CLASSWISE_BLOCK_ENTRIES = 1 << 15
-# Classwise entries wait in a buffer until this many (or as many as there are cells)
-# are binned at once: one bincount per block would cost O(cells) per block.
-_PENDING_ENTRIES = 1 << 14
+# Classwise binning makes about 70 bytes of temporaries per entry of a block: blocks
+# of at most 2**17 entries (512 KiB of float32) and at most 1/64 of the matrix keep
+# them a small share of the input, also for small inputs.
+_CLASSWISE_BLOCK_ENTRIES = (1 << 12, 1 << 17)
+
+
+def _classwise_block_entries(matrix_size: int) -> int:
+    low, high = _CLASSWISE_BLOCK_ENTRIES
+    return min(high, max(low, matrix_size // 64))
 
 
 @dataclass(frozen=True)
@@ -68,16 +71,17 @@ class _CellSums:
     """Weighted counts (and value sums) over ``n_cells`` cells, fed in pieces.
 
     Pieces are buffered and binned together, so that each ``bincount`` (which
-    allocates ``n_cells`` entries) covers at least ``n_cells`` entries.
+    allocates ``n_cells`` entries) covers at least ``n_cells`` (and ``pending``)
+    entries.
     """
 
-    def __init__(self, n_cells: int, with_values: bool):
+    def __init__(self, n_cells: int, with_values: bool, pending: int):
         self.n_cells = n_cells
         self.counts = np.zeros(n_cells)
         self.sums = np.zeros(n_cells) if with_values else None
         self._pieces: list[tuple] = []
         self._pending = 0
-        self._limit = max(n_cells, _PENDING_ENTRIES)
+        self._limit = max(n_cells, pending)
 
     def add(self, cells: np.ndarray, values=None, weights=None) -> None:
         self._pieces.append((cells, values, weights))
@@ -109,12 +113,13 @@ class _ClasswiseBinning:
     sums. The outcome sums bin each row's true-class probability.
     """
 
-    def __init__(self, n_classes: int, n_bins: int, dtype: np.dtype):
+    def __init__(self, n_classes: int, n_bins: int, dtype: np.dtype, block_entries: int):
         edge = float(uniform_edges(n_bins)[1])
         self.threshold = _float32_threshold(edge) if dtype == np.float32 else np.float64(edge)
         self.n_classes, self.n_bins = n_classes, n_bins
-        self.entries = _CellSums(n_classes * n_bins, with_values=True)
-        self.outcomes = _CellSums(n_classes * n_bins, with_values=False)
+        # Buffers of about two blocks' entries: one bincount per two blocks.
+        self.entries = _CellSums(n_classes * n_bins, True, 2 * block_entries)
+        self.outcomes = _CellSums(n_classes * n_bins, False, 2 * block_entries)
         self.column_sums = np.zeros(n_classes)
         self.total = 0.0
         # Column sums in float64: copying a float32 block into a reused float64
@@ -200,9 +205,10 @@ def scan_matrix(
     block_rows = max(1, _BLOCK_BYTES // (n_classes * y_prob.itemsize))
     classwise = None
     if classwise_bins is not None:
-        block_rows = max(1, min(block_rows, _CLASSWISE_BLOCK_ENTRIES // n_classes))
+        block_entries = _classwise_block_entries(y_prob.size)
+        block_rows = max(1, min(block_rows, block_entries // n_classes))
         check_classwise_bins(classwise_bins, n_classes)
-        classwise = _ClasswiseBinning(n_classes, classwise_bins, y_prob.dtype)
+        classwise = _ClasswiseBinning(n_classes, classwise_bins, y_prob.dtype, block_entries)
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
         block = y_prob[start:stop]
