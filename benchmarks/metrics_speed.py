@@ -9,10 +9,15 @@ load from other users affects all of them alike; the table reports the median an
 the minimum. Peak memory is the growth of the process's resident set during one
 call (Linux ``VmHWM`` after resetting it), so torch's allocations count too.
 
+With ``--memory-only`` it measures peak memory only, beside the input's size, for
+the metrics whose memory grows with the input (issue 16 item 15's goal: at most the
+input's size again), and replaces the "Memory at scale" section of the results.
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/metrics_speed.py              # prints, writes results
     .venv/bin/python benchmarks/metrics_speed.py --n 100000   # a quicker look
+    .venv/bin/python benchmarks/metrics_speed.py --memory-only --n 10000000 --k 10
 
 Results go to ``benchmarks/results/metrics_speed.md``.
 """
@@ -21,9 +26,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
+import platform
 import statistics
 import time
 import tracemalloc
+from pathlib import Path
 
 import _common
 import numpy as np
@@ -129,6 +137,66 @@ def contenders(probs, labels):
     return runs
 
 
+MEMORY_SECTION = "## Memory at scale"
+
+
+def memory_contenders(probs, labels):
+    return {
+        "reliacal ECE": lambda: rm.expected_calibration_error(labels, probs),
+        "reliacal classwise ECE": lambda: rm.classwise_calibration_error(labels, probs),
+        "reliacal classwise ECE (quantile)": lambda: rm.classwise_calibration_error(
+            labels, probs, strategy="quantile"
+        ),
+        "reliacal calibration_report": lambda: rm.calibration_report(labels, {"m": probs}),
+    }
+
+
+def memory_section(args, probs, labels) -> str:
+    """Peak memory of the memory-hungry metrics beside the input's size (markdown)."""
+    input_mb = probs.nbytes / 2**20
+    labels_mb = labels.nbytes / 2**20
+    lines = [
+        MEMORY_SECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/metrics_speed.py --memory-only --n {args.n} "
+        f"--k {args.k}`",
+        "",
+        f"Run {datetime.datetime.now().isoformat(timespec='minutes')} on {platform.node()}, "
+        f"numpy {np.__version__}. Input: {args.n:,} x {args.k} float32 probabilities, "
+        f"{input_mb:.0f} MiB (labels: {labels_mb:.0f} MiB more). Goal: each call adds at most "
+        "the input's size again.",
+        "",
+        "| call | RSS growth MiB | tracemalloc MiB | RSS growth / input |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, function in memory_contenders(probs, labels).items():
+        function()  # warm-up: imports, first-touch page faults of reused buffers
+        rss = rss_growth_mb(function)
+        traced = traced_peak_mb(function)
+        share = "n/a" if rss is None else f"{rss / input_mb:.2f}"
+        rss_text = "n/a" if rss is None else f"{rss:.0f}"
+        lines.append(f"| {name} | {rss_text} | {traced:.0f} | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(text: str, section: str) -> str:
+    """``text`` with its memory section replaced by ``section`` (appended if absent)."""
+    start = text.find(MEMORY_SECTION)
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + len(MEMORY_SECTION))
+    rest = "" if end < 0 else text[end + 1 :]
+    return text[:start] + section + ("\n" + rest if rest else "")
+
+
+def sections_after_checks(path: Path) -> str:
+    """The sections an earlier results file has after "## Checks" (memory at scale, the
+    command's memory), which this full run does not measure and so must keep."""
+    previous = path.read_text() if path.exists() else ""
+    start = previous.find("\n## ", max(previous.find("## Checks"), 0) + 1)
+    return "" if previous.find("## Checks") < 0 or start < 0 else previous[start:]
+
+
 def measure(runs, repeats: int):
     times = {name: [] for name in runs}
     for _ in range(repeats):
@@ -219,9 +287,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=100, help="number of classes")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     _common.add_output_argument(parser, "metrics_speed.md")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="measure peak memory only and replace that section of the results",
+    )
     args = parser.parse_args(argv)
 
     probs, labels = make_data(args.n, args.k)
+    if args.memory_only:
+        section = memory_section(args, probs, labels)
+        print(section)
+        previous = args.output.read_text() if args.output.exists() else ""
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(replace_section(previous, section))
+        print(f"written to {args.output}")
+        return
     runs = contenders(probs, labels)
     for function in runs.values():  # warm-up: imports, first-touch page faults
         function()
@@ -243,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{abs(ece - torch_ece):.1e}",
     ]
     report = build_report(args, argv, runs, times, memory, checks, load_before)
-    _common.write_results(report, args.output)
+    _common.write_results(report + sections_after_checks(args.output), args.output)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ __all__ = [
     "check_logits",
     "encode_labels",
     "check_n_bins",
+    "check_classwise_bins",
     "check_option",
     "to_numpy",
 ]
@@ -27,6 +28,13 @@ __all__ = [
 # float32 record, so its tolerance stays well above float32 rounding.
 _ROW_SUM_TOLERANCE = {2: 1e-2, 4: 1e-3, 8: 1e-4}
 _SOFTMAX_HINT = "convert logits to probabilities with reliacal.metrics.softmax(logits)"
+
+# Binned metrics hold a few float64 arrays of n_bins entries (classwise ones:
+# n_classes * n_bins). These caps keep each under 8 MB (80 MB classwise), far more
+# bins than any sample fills, and turn a hostile n_bins into a ValueError instead of
+# a MemoryError or the kernel's OOM killer.
+MAX_N_BINS = 10**6
+MAX_CLASSWISE_CELLS = 10**7
 
 
 def to_numpy(values, name: str) -> np.ndarray:
@@ -63,11 +71,26 @@ def to_numpy(values, name: str) -> np.ndarray:
 
 
 def _as_float_array(values: np.ndarray, name: str) -> np.ndarray:
-    """Keep float32/float64 as they are (no copy); convert other numeric types."""
+    """Keep float32/float64 as they are (no copy); convert other real numeric types.
+
+    Text is refused even where it would parse (``"0.9"``): numbers stored as
+    strings mean a broken pipeline upstream (a CSV read without types), and
+    ``astype(float)`` would hide it. Complex, datetime and other types are refused.
+    """
     if values.dtype in (np.float32, np.float64):
         return values
     if values.dtype == np.float16:
         return values.astype(np.float32)
+    kind = values.dtype.kind
+    if kind in "US" or (
+        kind == "O" and any(isinstance(value, str | bytes) for value in values.flat)
+    ):
+        raise ValueError(
+            f"{name} must be numeric, got text (dtype {values.dtype}); convert the "
+            "strings to numbers where the data is read"
+        )
+    if kind not in "biufO":
+        raise ValueError(f"{name} must be real numbers, got dtype {values.dtype}")
     try:
         return values.astype(np.float64)
     except (TypeError, ValueError):
@@ -75,7 +98,11 @@ def _as_float_array(values: np.ndarray, name: str) -> np.ndarray:
 
 
 def check_n_bins(n_bins) -> int:
-    """Validate a number of bins: an integer of at least 1.
+    """Validate a number of bins: an integer from 1 to ``MAX_N_BINS`` (10**6).
+
+    The cap is the same for every strategy: more bins than samples is legal (the
+    extra bins stay empty), but per-bin arrays beyond 10**6 entries only cost
+    memory.
 
     Parameters
     ----------
@@ -95,10 +122,41 @@ def check_n_bins(n_bins) -> int:
     Traceback (most recent call last):
     ...
     ValueError: n_bins must be an integer >= 1, got 0
+    >>> check_n_bins(10**8)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_bins must be at most 1000000, got 100000000: ...
     """
     if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
         raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
+    if n_bins > MAX_N_BINS:
+        raise ValueError(
+            f"n_bins must be at most {MAX_N_BINS}, got {n_bins!r}: more bins only cost "
+            "memory (15 to 100 bins are usual; more bins than samples stay empty)"
+        )
     return int(n_bins)
+
+
+def check_classwise_bins(n_bins: int, n_classes: int) -> None:
+    """Refuse classwise binning whose ``n_classes * n_bins`` sums would not fit.
+
+    Classwise metrics keep counts and sums for every (class, bin) pair; their
+    number is capped at ``MAX_CLASSWISE_CELLS`` (10**7, 80 MB per float64 array).
+
+    Examples
+    --------
+    >>> check_classwise_bins(15, 1000)
+    >>> check_classwise_bins(10**5, 1000)
+    Traceback (most recent call last):
+    ...
+    ValueError: classwise binning needs n_classes * n_bins <= 10000000 ...
+    """
+    if n_bins * n_classes > MAX_CLASSWISE_CELLS:
+        raise ValueError(
+            f"classwise binning needs n_classes * n_bins <= {MAX_CLASSWISE_CELLS} per-bin "
+            f"sums, got {n_classes} classes * {n_bins} bins = {n_classes * n_bins}; "
+            f"use at most {max(1, MAX_CLASSWISE_CELLS // n_classes)} bins"
+        )
 
 
 def check_option(value, name: str, allowed: Sequence[str]) -> str:

@@ -232,7 +232,7 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     try:
         return check_n_bins(value)
-    except ValueError as error:  # e.g. more bins than the metrics accept
+    except ValueError as error:  # too many bins: check_n_bins says the limit
         raise argparse.ArgumentTypeError(str(error)) from None
 
 

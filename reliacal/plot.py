@@ -29,11 +29,11 @@ from reliacal.metrics import (
     smooth_reliability_curve,
 )
 from reliacal.metrics._compare import compare
+from reliacal.metrics._modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
 from reliacal.metrics._smooth_band import smooth_reliability_band
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
 
-_MODES = ("top-label", "positive", "class")
 _KINDS = ("bars", "line", "smooth")
 _INTERVALS = ("wilson", "clopper-pearson")
 _DIAGONAL_ID = "reliacal-diagonal"
@@ -196,7 +196,7 @@ class ReliabilityDisplay:
         smooth_band: tuple | None = None,
         ece_interval: tuple | None = None,
     ):
-        check_option(mode, "mode", _MODES)
+        check_mode(mode, PLOT_MODES)
         if interval is not None:
             check_option(interval, "interval", _INTERVALS)
         check_option(kind, "kind", _KINDS)
@@ -256,14 +256,16 @@ class ReliabilityDisplay:
         n_bins : int, default=15
             Number of bins.
         strategy : {"uniform", "quantile"}, default="uniform"
-            Equal-width bins or equal-mass bins (see ``docs/metrics.md``).
+            Equal-width bins or equal-mass bins (the conventions of
+            :func:`reliacal.metrics.binned_statistics`).
         mode : {"top-label", "positive", "class"}, default="top-label"
             See :class:`ReliabilityDisplay`.
         class_ : label or None, default=None
             The class whose probability ``mode="class"`` bins (required there).
         labels : array-like or None, default=None
-            The labels of the columns of ``y_prob`` (default: the sorted
-            unique values of ``y_true``).
+            The class of each column of ``y_prob``. Without it, ``y_true``
+            must hold column indices ``0..K-1`` (``0``/``1`` for 1-D
+            ``y_prob``); string labels need ``labels``.
         interval : {None, "wilson", "clopper-pearson"}, default=None
             Per-bin interval on the accuracy.
         confidence_level : float, default=0.95
@@ -339,11 +341,11 @@ class ReliabilityDisplay:
         random_state=None,
     ) -> ReliabilityDisplay:
         """Bin the data into a display, without drawing it."""
-        check_option(mode, "mode", _MODES)
+        check_mode(mode, PLOT_MODES)
         check_option(kind, "kind", _KINDS)
-        if mode == "class":
+        if mode == CLASS:
             y_true, y_prob = _one_class_problem(y_true, y_prob, class_, labels)
-            metric_mode, metric_labels = "positive", [0, 1]
+            metric_mode, metric_labels = POSITIVE, [0, 1]
         else:
             if class_ is not None:
                 raise ValueError('class_ is only used with mode="class"')
@@ -645,9 +647,9 @@ class ReliabilityDisplay:
         hist_ax.set_ylim(bottom=0.0, auto=None)
 
     def _axis_labels(self) -> tuple[str, str]:
-        if self.mode == "top-label":
+        if self.mode == TOP_LABEL:
             return "Confidence (top-label probability)", "Accuracy"
-        if self.mode == "positive":
+        if self.mode == POSITIVE:
             return "Predicted probability of the positive class", "Observed frequency"
         return f"Predicted probability of class {self.class_}", "Observed frequency"
 

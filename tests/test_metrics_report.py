@@ -17,9 +17,9 @@ from reliacal.metrics import (
     smooth_calibration_error,
     softmax,
 )
+from reliacal.metrics._binning import uniform_bin_index
+from reliacal.metrics._calibration_error import classwise_error
 from reliacal.metrics._predictions import scan_matrix
-from reliacal.metrics._report import _weighted_column_sums
-from reliacal.metrics._summary import classwise_ece, summarize
 
 COLUMNS = [
     "accuracy",
@@ -111,10 +111,8 @@ def test_weighted_classwise_equals_resampled_data():
     probs = softmax(rng.normal(scale=2, size=(300, 5))).astype(np.float32)
     sample = rng.integers(0, 300, size=300)
     weights = np.bincount(sample, minlength=300).astype(np.float64)
-    summary = summarize(labels, probs, 15)
-    weighted = classwise_ece(
-        summary, 15, weights=weights, column_sums=_weighted_column_sums(probs, weights)
-    )
+    scan = scan_matrix(probs, labels, top_label=False, classwise_bins=15, weights=weights)
+    weighted = classwise_error(scan.classwise, "l1")
     resampled = classwise_calibration_error(labels[sample], probs[sample])
     assert weighted == pytest.approx(resampled, rel=1e-10)
 
@@ -160,14 +158,41 @@ def test_no_full_size_temporaries():
     assert _peak_bytes(lambda: calibration_report(labels, {"m": probs})) < 0.5 * matrix_bytes
 
 
+@pytest.mark.parametrize("n_classes", [10, 100])
+def test_classwise_and_report_add_less_than_the_input_with_few_classes(n_classes):
+    # With fewer classes than bins most entries exceed 1 / n_bins: listing them all
+    # (24 bytes each) took 5x the float32 input; binning per block takes a fraction.
+    # The report adds a few O(n) arrays (labels, confidences, scores) besides.
+    rng = np.random.default_rng(n_classes)
+    n_samples = 4_000_000 // n_classes
+    probs = softmax(rng.normal(size=(n_samples, n_classes)).astype(np.float32))
+    labels = rng.integers(0, n_classes, size=n_samples)
+    calls = {
+        "uniform": lambda: classwise_calibration_error(labels, probs),
+        "quantile": lambda: classwise_calibration_error(labels, probs, strategy="quantile"),
+        "report": lambda: calibration_report(labels, {"m": probs}),
+    }
+    for name, call in calls.items():
+        assert _peak_bytes(call) < probs.nbytes + labels.nbytes, name
+
+
 def test_scan_blocks_agree_with_whole_matrix():
     rng = np.random.default_rng(5)
     probs = softmax(rng.normal(size=(5000, 300)))  # several row blocks
     labels = rng.integers(0, 300, size=5000)
-    blocked = scan_matrix(probs, labels, true_class=True, squares=True, classwise_edge=0.1)
+    blocked = scan_matrix(probs, labels, true_class=True, squares=True, classwise_bins=10)
     whole = scan_matrix(probs, labels, true_class=True)
     np.testing.assert_array_equal(blocked.confidence, whole.confidence)
     np.testing.assert_array_equal(blocked.correct, whole.correct)
     np.testing.assert_allclose(blocked.sum_of_squares, (probs**2).sum(axis=1), rtol=1e-12)
-    np.testing.assert_allclose(blocked.classwise.column_sums, probs.sum(axis=0), rtol=1e-12)
-    assert blocked.classwise.values.shape[0] == np.count_nonzero(probs > 0.1)
+    # The classwise sums against binning every entry of the whole matrix at once.
+    cells = np.arange(300) * 10 + uniform_bin_index(probs, 10)  # (n, K) cell of each entry
+    counts = np.bincount(cells.ravel(), minlength=3000).reshape(300, 10)
+    sums = np.bincount(cells.ravel(), weights=probs.ravel(), minlength=3000).reshape(300, 10)
+    outcome = np.zeros((5000, 300), dtype=bool)
+    outcome[np.arange(5000), labels] = True
+    outcomes = np.bincount(cells[outcome], minlength=3000).reshape(300, 10)
+    np.testing.assert_array_equal(blocked.classwise.counts, counts)
+    np.testing.assert_allclose(blocked.classwise.sum_probability, sums, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(blocked.classwise.sum_outcome, outcomes)
+    np.testing.assert_allclose(blocked.classwise.sum_probability.sum(axis=1), probs.sum(axis=0))

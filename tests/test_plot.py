@@ -300,3 +300,14 @@ def test_smooth_kind_needs_the_curve(record):
     display = ReliabilityDisplay.from_predictions(labels, probs)
     with pytest.raises(ValueError, match="smooth"):
         display.plot(kind="smooth")
+
+
+def test_labels_default_to_column_indices_as_documented():
+    # The docstring once promised "the sorted unique values of y_true": [3, 5] would
+    # then name the two columns. They do not: without labels, y_true holds columns.
+    y_prob = [[0.8, 0.2], [0.3, 0.7]]
+    with pytest.raises(ValueError, match="not among the classes 0..1"):
+        ReliabilityDisplay.from_predictions([3, 5], y_prob)
+    named = ReliabilityDisplay.from_predictions([3, 5], y_prob, labels=[3, 5], n_bins=5)
+    indexed = ReliabilityDisplay.from_predictions([0, 1], y_prob, n_bins=5)
+    assert named.ece == indexed.ece == pytest.approx(0.25)  # |1 - .8| and |1 - .7|, halved

@@ -1,18 +1,40 @@
-"""Post-hoc calibrators: scikit-learn estimators on logits or a frozen backbone."""
+"""Post-hoc calibrators: scikit-learn estimators on logits or a frozen backbone.
 
-from ._base import BaseCalibrator, ClassLabelMixin, ConvergenceWarning
-from .adaptive import AdaptiveTS, AdaptiveTSMember
-from .scaling import MatrixScaling, VectorScaling, tuned_scaling
-from .temperature import TemperatureScaling
+The names are loaded on first use: :class:`AdaptiveTS` trains a network and pulls
+in PyTorch, which the other calibrators, fitted on numpy logits, never need.
 
-__all__ = [
-    "AdaptiveTS",
-    "AdaptiveTSMember",
-    "BaseCalibrator",
-    "ClassLabelMixin",
-    "ConvergenceWarning",
-    "MatrixScaling",
-    "TemperatureScaling",
-    "VectorScaling",
-    "tuned_scaling",
-]
+>>> from reliacal.calibrators import TemperatureScaling
+>>> TemperatureScaling().get_params()["objective"]
+'nll'
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_PUBLIC = {
+    "AdaptiveTS": "adaptive",
+    "AdaptiveTSMember": "adaptive",
+    "BaseCalibrator": "_base",
+    "ClassLabelMixin": "_base",
+    "ConvergenceWarning": "_base",
+    "MatrixScaling": "scaling",
+    "TemperatureScaling": "temperature",
+    "VectorScaling": "scaling",
+    "tuned_scaling": "scaling",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        module = importlib.import_module(f"{__name__}.{_PUBLIC[name]}")
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -52,6 +52,7 @@ import copy
 import numbers
 import os
 import re
+import sys
 import textwrap
 import warnings
 from typing import Any
@@ -319,8 +320,11 @@ def _looks_like_probabilities(logits: np.ndarray) -> bool:
 
 
 def _on_accelerator(value: Any) -> bool:
-    import torch
-
+    # Without torch loaded nothing can be a tensor: pickling a numpy-only
+    # calibrator must not import it.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
     if isinstance(value, torch.Tensor):
         return value.device.type != "cpu"
     if isinstance(value, torch.nn.Module):

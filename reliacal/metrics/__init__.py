@@ -4,7 +4,7 @@ Every function takes labels and probabilities (never logits: see :func:`softmax`
 validates them (``ValueError`` naming the problem) and returns a Python float.
 Conventions (15 bins; uniform edges ``b / n_bins``; right-closed bins ``(lo, hi]``
 with 0 in the first; quantile bins as ``array_split`` of the sorted confidences;
-top-label unless ``mode="positive"``) are those of ``docs/metrics.md``.
+top-label unless ``mode="positive"``) are stated in :func:`binned_statistics`.
 
 Scorers for scikit-learn model selection: ``ece_scorer``, ``nll_scorer`` and
 ``brier_scorer`` are negated (greater is better) and call ``predict_proba``;

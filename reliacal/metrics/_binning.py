@@ -1,6 +1,6 @@
 """Binning of confidences: the single source of every binned metric and of the plots.
 
-Conventions (see ``docs/metrics.md``):
+Conventions (also stated in :func:`binned_statistics`, the public entry point):
 
 * uniform bins have edges exactly ``b / n_bins`` (division, not ``linspace``), are
   right-closed ``(lo, hi]`` and the first bin also holds 0, so a confidence on an
@@ -20,31 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from reliacal._validation import check_n_bins, check_option, check_probabilities
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal.metrics._edges import uniform_bin_index, uniform_edges
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 
 STRATEGIES = ("uniform", "quantile")
-
-
-def uniform_edges(n_bins: int) -> np.ndarray:
-    """Edges ``b / n_bins`` for ``b = 0..n_bins``, each computed by one division."""
-    return np.arange(n_bins + 1, dtype=np.float64) / n_bins
-
-
-def uniform_bin_index(values: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin of each value in [0, 1] for right-closed uniform bins.
-
-    Equals ``np.searchsorted(uniform_edges(n_bins)[1:-1], values, side="left")``
-    (the definition), computed faster: ``ceil(v * n_bins) - 1`` is off by at most one
-    where ``v * n_bins`` rounds across an integer, and one comparison with the exact
-    edges repairs that.
-    """
-    edges = uniform_edges(n_bins)
-    index = np.ceil(values * n_bins).astype(np.intp)
-    index -= 1
-    np.clip(index, 0, n_bins - 1, out=index)
-    index += values > edges[index + 1]
-    index -= (values <= edges[index]) & (index > 0)
-    return index
+# Samples binned at once by uniform_sums.
+_CHUNK_SAMPLES = 1 << 16
 
 
 def _array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:
@@ -142,11 +124,21 @@ def statistics_from_sums(
 
 
 def uniform_sums(confidence, outcome, n_bins: int):
-    """Uniform-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores."""
-    index = uniform_bin_index(confidence, n_bins)
-    counts = np.bincount(index, minlength=n_bins)
-    sum_confidence = np.bincount(index, weights=confidence, minlength=n_bins)
-    sum_outcome = np.bincount(index, weights=outcome, minlength=n_bins)
+    """Uniform-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores.
+
+    Samples are binned in chunks: the bin index costs several 8-byte temporaries
+    per sample, which would otherwise exceed the size of the scores themselves.
+    """
+    chunk = max(_CHUNK_SAMPLES, n_bins)  # each bincount allocates n_bins entries
+    counts = np.zeros(n_bins, dtype=np.int64)
+    sum_confidence = np.zeros(n_bins)
+    sum_outcome = np.zeros(n_bins)
+    for start in range(0, confidence.shape[0], chunk):
+        part = confidence[start : start + chunk]
+        index = uniform_bin_index(part, n_bins)
+        counts += np.bincount(index, minlength=n_bins)
+        sum_confidence += np.bincount(index, weights=part, minlength=n_bins)
+        sum_outcome += np.bincount(index, weights=outcome[start : start + chunk], minlength=n_bins)
     return uniform_edges(n_bins), counts, sum_confidence, sum_outcome
 
 
@@ -231,7 +223,7 @@ def binned_statistics(
     """
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return bin_scores(confidence, outcome, n_bins, strategy)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliacal._validation import check_n_bins, check_option, check_probabilities
-from reliacal.metrics._binning import (
-    STRATEGIES,
-    BinnedStatistics,
-    bin_scores,
-    quantile_sums,
-    uniform_bin_index,
-    uniform_edges,
+from reliacal._validation import (
+    check_classwise_bins,
+    check_n_bins,
+    check_option,
+    check_probabilities,
 )
+from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
+from reliacal.metrics._modes import CLASSWISE, ERROR_MODES, check_mode
 from reliacal.metrics._predictions import (
-    ClasswiseEntries,
+    ClasswiseSums,
     binary_columns,
     confidences_and_outcomes,
     scan_matrix,
@@ -22,7 +21,6 @@ from reliacal.metrics._predictions import (
 )
 
 NORMS = ("l1", "l2", "max")
-ECE_MODES = ("top-label", "positive", "classwise")
 
 
 def norm_of_gaps(counts, sum_confidence, sum_outcome, norm: str) -> np.ndarray:
@@ -74,61 +72,20 @@ def debiased_error_from_statistics(stats: BinnedStatistics) -> float:
     return float(np.sqrt(max(float(squared), 0.0)))
 
 
-def classwise_uniform_sums(
-    entries: ClasswiseEntries,
-    y_index: np.ndarray,
-    true_probability: np.ndarray,
-    n_bins: int,
-    *,
-    weights: np.ndarray | None = None,
-    column_sums: np.ndarray | None = None,
-):
-    """Per-(class, bin) counts and sums of every binary problem ``(p_k, [y == k])``.
+def classwise_sums(
+    y_index: np.ndarray, y_prob: np.ndarray, n_bins: int, strategy: str = "uniform"
+) -> ClasswiseSums:
+    """Per-(class, bin) sums of every binary problem ``(p_k, [y == k])`` (validated input).
 
-    Entries above the first edge are binned one by one; everything else lies in
-    bin 0, whose count and probability sum follow from the totals. ``weights``
-    (sample multiplicities, for the bootstrap) need the matching weighted
-    ``column_sums``.
-
-    Returns ``(counts, sum_probability, sum_outcome)``, each of shape ``(K, n_bins)``.
+    Uniform bins cost one blocked pass over the matrix (see :func:`scan_matrix`);
+    quantile bins sort one column at a time, so memory stays O(n) either way.
     """
-    n_classes = entries.column_sums.shape[0]
-    size = n_classes * n_bins
-    entry_bins = uniform_bin_index(entries.values, n_bins)
-    flat = entries.columns * n_bins + entry_bins
-    entry_weights = None if weights is None else weights[entries.rows]
-    counts = np.bincount(flat, weights=entry_weights, minlength=size).astype(np.float64)
-    probability_weights = entries.values if weights is None else entries.values * entry_weights
-    # astype: bincount of an empty array is integer even with weights
-    sum_probability = np.bincount(flat, weights=probability_weights, minlength=size).astype(
-        np.float64
-    )
-    counts = counts.reshape(n_classes, n_bins)
-    sum_probability = sum_probability.reshape(n_classes, n_bins)
-    total = float(y_index.shape[0] if weights is None else weights.sum())
-    if column_sums is None:
-        column_sums = entries.column_sums
-    counts[:, 0] = total - counts[:, 1:].sum(axis=1)
-    sum_probability[:, 0] = column_sums - sum_probability[:, 1:].sum(axis=1)
-    true_flat = y_index * n_bins + uniform_bin_index(true_probability, n_bins)
-    sum_outcome = np.bincount(true_flat, weights=weights, minlength=size).astype(np.float64)
-    return counts, sum_probability, sum_outcome.reshape(n_classes, n_bins)
-
-
-def _classwise_sums(y_index, y_prob, n_bins: int, strategy: str):
-    """``(counts, sum_probability, sum_outcome)`` of shape ``(K, n_bins)``."""
     if y_prob.ndim == 1:
         y_prob = binary_columns(y_prob)
     if strategy == "uniform":
-        scan = scan_matrix(
-            y_prob,
-            y_index,
-            top_label=False,
-            true_class=True,
-            classwise_edge=float(uniform_edges(n_bins)[1]),
-        )
-        return classwise_uniform_sums(scan.classwise, y_index, scan.true_probability, n_bins)
+        return scan_matrix(y_prob, y_index, top_label=False, classwise_bins=n_bins).classwise
     n_classes = y_prob.shape[1]
+    check_classwise_bins(n_bins, n_classes)
     counts = np.zeros((n_classes, n_bins))
     sum_probability = np.zeros((n_classes, n_bins))
     sum_outcome = np.zeros((n_classes, n_bins))
@@ -137,7 +94,7 @@ def _classwise_sums(y_index, y_prob, n_bins: int, strategy: str):
         _, counts[k], sum_probability[k], sum_outcome[k] = quantile_sums(
             column, y_index == k, n_bins
         )
-    return counts, sum_probability, sum_outcome
+    return ClasswiseSums(counts, sum_probability, sum_outcome)
 
 
 def combine_classes(per_class: np.ndarray, norm: str) -> float:
@@ -147,6 +104,17 @@ def combine_classes(per_class: np.ndarray, norm: str) -> float:
     if norm == "l2":
         return float(np.sqrt(np.mean(per_class**2)))
     return float(per_class.max())
+
+
+def classwise_error(sums: ClasswiseSums, norm: str = "l1") -> float:
+    """The classwise calibration error of per-(class, bin) sums."""
+    return combine_classes(norm_of_gaps(*sums, norm), norm)
+
+
+def debiased_classwise_error(sums: ClasswiseSums) -> float:
+    """Kumar et al.'s debiased marginal L2 error of per-(class, bin) sums."""
+    squared = np.maximum(_debiased_squared(*sums), 0.0)
+    return float(np.sqrt(squared.mean()))
 
 
 def _check_common(n_bins, strategy, norm=None):
@@ -226,8 +194,8 @@ def expected_calibration_error(
     >>> expected_calibration_error([1, 0], [0.95, 1.0], n_bins=10, mode="positive")
     0.475
     """
-    check_option(mode, "mode", ECE_MODES)
-    if mode == "classwise":
+    check_mode(mode, ERROR_MODES)
+    if mode == CLASSWISE:
         return classwise_calibration_error(
             y_true, y_prob, n_bins=n_bins, strategy=strategy, norm=norm, labels=labels
         )
@@ -334,9 +302,7 @@ def classwise_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy, norm)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
-    counts, sum_probability, sum_outcome = _classwise_sums(y_index, y_prob, n_bins, strategy)
-    per_class = norm_of_gaps(counts, sum_probability, sum_outcome, norm)
-    return combine_classes(per_class, norm)
+    return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy), norm)
 
 
 def debiased_calibration_error(
@@ -395,11 +361,9 @@ def debiased_calibration_error(
     True
     """
     n_bins = _check_common(n_bins, strategy)
-    check_option(mode, "mode", ECE_MODES)
+    check_mode(mode, ERROR_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
-    if mode == "classwise":
-        sums = _classwise_sums(y_index, y_prob, n_bins, strategy)
-        squared = np.maximum(_debiased_squared(*sums), 0.0)
-        return float(np.sqrt(squared.mean()))
+    if mode == CLASSWISE:
+        return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return debiased_error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy))

@@ -7,8 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reliacal._validation import check_option, check_probabilities
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal._validation import check_probabilities
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 
 
 class SpiegelhalterResult(NamedTuple):
@@ -19,7 +20,7 @@ class SpiegelhalterResult(NamedTuple):
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return confidence, outcome.astype(np.float64)

@@ -23,7 +23,8 @@ from reliacal.metrics._calibration_error import (
     expected_calibration_error,
 )
 from reliacal.metrics._calibration_tests import ks_calibration_error
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
 from reliacal.metrics._sweep import signed_calibration_error
 
@@ -327,7 +328,7 @@ def compare(
         predictions, reference, n_bootstraps, confidence_level
     )
     n_bins = check_n_bins(n_bins)
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     samples = {}
     values = {}
     for name, y_prob in predictions.items():

@@ -16,7 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 from reliacal._validation import check_option, check_probabilities
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 
 SCORES = ("brier", "log")
 
@@ -110,7 +111,7 @@ def _pooled_by_forecast(confidence: np.ndarray, outcome: np.ndarray):
 
 
 def _corp_scores(y_true, y_prob, mode, labels):
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     return confidences_and_outcomes(y_index, y_prob, mode)
 

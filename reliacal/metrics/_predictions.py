@@ -2,9 +2,10 @@
 
 A top-label metric needs, per sample, the confidence ``max_k p_k`` and whether the
 arg-max is the true class; proper scores need ``p_{i, y_i}`` and ``sum_k p_ik^2``;
-classwise binning needs the few entries above the first bin edge and the column
-sums. :func:`scan_matrix` reads the matrix once, in row blocks, and returns these
-O(n) summaries, so that no metric allocates an ``(n, K)`` temporary.
+classwise binning needs, per (class, bin) cell, a count and two sums.
+:func:`scan_matrix` reads the matrix once, in row blocks, and returns O(n)
+summaries and the ``(K, n_bins)`` cell sums, so that no metric allocates a
+temporary of the size of the ``(n, K)`` matrix.
 """
 
 from __future__ import annotations
@@ -13,26 +14,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reliacal._validation import check_option
-
-MODES = ("top-label", "positive")
+from reliacal._validation import check_classwise_bins
+from reliacal.metrics._edges import uniform_bin_index, uniform_edges
+from reliacal.metrics._modes import POSITIVE, SCORE_MODES, check_mode
 
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22
+# Classwise binning makes about 70 bytes of temporaries per entry of a block: blocks
+# of at most 2**17 entries (512 KiB of float32) and at most 1/64 of the matrix keep
+# them a small share of the input, also for small inputs.
+_CLASSWISE_BLOCK_ENTRIES = (1 << 12, 1 << 17)
+
+
+def _classwise_block_entries(matrix_size: int) -> int:
+    low, high = _CLASSWISE_BLOCK_ENTRIES
+    return min(high, max(low, matrix_size // 64))
 
 
 @dataclass(frozen=True)
-class ClasswiseEntries:
-    """The entries of a probability matrix above the first uniform bin edge.
+class ClasswiseSums:
+    """Per-(class, bin) sums of every binary problem ``(p_k, [y == k])``.
 
-    In a row summing to 1 fewer than ``n_bins`` entries exceed ``1 / n_bins``, so
-    this sparse list is O(n) while the rest of each column is summarised by its sum.
+    Each array has shape ``(K, n_bins)``: the (weighted) number of samples whose
+    ``p_k`` lies in the bin, the sum of those ``p_k``, and the (weighted) number of
+    them whose label is ``k``.
     """
 
-    rows: np.ndarray  # int64 row index of each entry
-    columns: np.ndarray  # int64 column index of each entry
-    values: np.ndarray  # float64 probability of each entry
-    column_sums: np.ndarray  # float64 (K,) sum of every column
+    counts: np.ndarray
+    sum_probability: np.ndarray
+    sum_outcome: np.ndarray
+
+    def __iter__(self):
+        return iter((self.counts, self.sum_probability, self.sum_outcome))
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,7 @@ class MatrixScan:
     correct: np.ndarray | None  # bool, argmax_k p_ik == y_i
     true_probability: np.ndarray | None  # float64 p_{i, y_i}
     sum_of_squares: np.ndarray | None  # float64 sum_k p_ik^2
-    classwise: ClasswiseEntries | None
+    classwise: ClasswiseSums | None
 
 
 def _float32_threshold(edge: float) -> np.float32:
@@ -54,6 +67,100 @@ def _float32_threshold(edge: float) -> np.float32:
     return threshold
 
 
+class _CellSums:
+    """Weighted counts (and value sums) over ``n_cells`` cells, fed in pieces.
+
+    Pieces are buffered and binned together, so that each ``bincount`` (which
+    allocates ``n_cells`` entries) covers at least ``n_cells`` (and ``pending``)
+    entries.
+    """
+
+    def __init__(self, n_cells: int, with_values: bool, pending: int):
+        self.n_cells = n_cells
+        self.counts = np.zeros(n_cells)
+        self.sums = np.zeros(n_cells) if with_values else None
+        self._pieces: list[tuple] = []
+        self._pending = 0
+        self._limit = max(n_cells, pending)
+
+    def add(self, cells: np.ndarray, values=None, weights=None) -> None:
+        self._pieces.append((cells, values, weights))
+        self._pending += cells.shape[0]
+        if self._pending >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pieces:
+            return
+        cells, values, weights = zip(*self._pieces, strict=True)
+        self._pieces, self._pending = [], 0
+        cells = np.concatenate(cells)
+        weights = None if weights[0] is None else np.concatenate(weights)
+        self.counts += np.bincount(cells, weights=weights, minlength=self.n_cells)
+        if self.sums is not None:
+            values = np.concatenate(values)
+            if weights is not None:
+                values *= weights
+            self.sums += np.bincount(cells, weights=values, minlength=self.n_cells)
+
+
+class _ClasswiseBinning:
+    """Accumulates :class:`ClasswiseSums` over row blocks.
+
+    In a row summing to 1 fewer than ``n_bins`` entries exceed the first edge
+    ``1 / n_bins``; only those are binned one by one, and everything else lies in
+    bin 0, whose count and probability sum follow from the totals and the column
+    sums. The outcome sums bin each row's true-class probability.
+    """
+
+    def __init__(self, n_classes: int, n_bins: int, dtype: np.dtype, block_entries: int):
+        edge = float(uniform_edges(n_bins)[1])
+        self.threshold = _float32_threshold(edge) if dtype == np.float32 else np.float64(edge)
+        self.n_classes, self.n_bins = n_classes, n_bins
+        # Buffers of about two blocks' entries: one bincount per two blocks.
+        self.entries = _CellSums(n_classes * n_bins, True, 2 * block_entries)
+        self.outcomes = _CellSums(n_classes * n_bins, False, 2 * block_entries)
+        self.column_sums = np.zeros(n_classes)
+        self.total = 0.0
+        # Column sums in float64: copying a float32 block into a reused float64
+        # buffer and summing it is faster than a casting reduction along axis 0.
+        self.cast_buffer = None
+
+    def add_block(self, block, y_index, true_probability, weights) -> None:
+        if block.dtype == np.float64:
+            cast = block
+        else:
+            if self.cast_buffer is None or self.cast_buffer.shape[0] < block.shape[0]:
+                self.cast_buffer = np.empty(block.shape)
+            cast = self.cast_buffer[: block.shape[0]]
+            cast[...] = block
+        if weights is None:
+            self.column_sums += cast.sum(axis=0)
+            self.total += block.shape[0]
+        else:
+            self.column_sums += weights @ cast
+            self.total += float(weights.sum())
+        # Flat indices: 1-D nonzero and gather are several times faster than 2-D ones.
+        flat_block = block.reshape(-1)
+        flat = np.flatnonzero(flat_block > self.threshold)
+        rows, columns = np.divmod(flat, self.n_classes)
+        values = flat_block[flat].astype(np.float64)
+        cells = columns * self.n_bins + uniform_bin_index(values, self.n_bins)
+        self.entries.add(cells, values, None if weights is None else weights[rows])
+        true_cells = y_index * self.n_bins + uniform_bin_index(true_probability, self.n_bins)
+        self.outcomes.add(true_cells, None, weights)
+
+    def result(self) -> ClasswiseSums:
+        self.entries.flush()
+        self.outcomes.flush()
+        shape = (self.n_classes, self.n_bins)
+        counts = self.entries.counts.reshape(shape)
+        sum_probability = self.entries.sums.reshape(shape)
+        counts[:, 0] = self.total - counts[:, 1:].sum(axis=1)
+        sum_probability[:, 0] = self.column_sums - sum_probability[:, 1:].sum(axis=1)
+        return ClasswiseSums(counts, sum_probability, self.outcomes.counts.reshape(shape))
+
+
 def scan_matrix(
     y_prob: np.ndarray,
     y_index: np.ndarray,
@@ -61,13 +168,15 @@ def scan_matrix(
     top_label: bool = True,
     true_class: bool = False,
     squares: bool = False,
-    classwise_edge: float | None = None,
+    classwise_bins: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> MatrixScan:
     """Summarise a validated ``(n, K)`` probability matrix in one blocked pass.
 
     Each row block is read from memory once and stays in cache while the requested
     reductions run; gathers (the arg-max's probability, the true class's) hit the
     cached block instead of missing the cache once per row of the whole matrix.
+    Besides ``y_prob`` itself, memory is O(n) plus O(K * n_bins).
 
     Parameters
     ----------
@@ -83,28 +192,23 @@ def scan_matrix(
     squares : bool
         Compute ``sum_k p_ik^2`` (for the Brier score), accumulated in the input
         precision and stored in float64.
-    classwise_edge : float, optional
-        If given, list the entries strictly above this value and the column sums.
+    classwise_bins : int, optional
+        If given, the :class:`ClasswiseSums` of that many uniform bins.
+    weights : ndarray of shape (n,), optional
+        Sample multiplicities of the classwise sums (for the bootstrap).
     """
     n_samples, n_classes = y_prob.shape
     confidence = np.empty(n_samples) if top_label else None
     correct = np.empty(n_samples, dtype=bool) if top_label else None
     true_probability = np.empty(n_samples) if true_class else None
     sum_of_squares = np.empty(n_samples) if squares else None
-    column_sums = np.zeros(n_classes)
-    entry_rows, entry_columns, entry_values = [], [], []
     block_rows = max(1, _BLOCK_BYTES // (n_classes * y_prob.itemsize))
-    if classwise_edge is not None:
-        threshold = (
-            _float32_threshold(classwise_edge)
-            if y_prob.dtype == np.float32
-            else np.float64(classwise_edge)
-        )
-        # Column sums in float64: copying a float32 block into a reused float64
-        # buffer and summing it is faster than a casting reduction along axis 0.
-        cast_buffer = None
-        if y_prob.dtype != np.float64:
-            cast_buffer = np.empty((min(block_rows, n_samples), n_classes))
+    classwise = None
+    if classwise_bins is not None:
+        block_entries = _classwise_block_entries(y_prob.size)
+        block_rows = max(1, min(block_rows, block_entries // n_classes))
+        check_classwise_bins(classwise_bins, n_classes)
+        classwise = _ClasswiseBinning(n_classes, classwise_bins, y_prob.dtype, block_entries)
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
         block = y_prob[start:stop]
@@ -112,33 +216,22 @@ def scan_matrix(
             predicted = np.argmax(block, axis=1)
             confidence[start:stop] = np.take_along_axis(block, predicted[:, None], axis=1)[:, 0]
             correct[start:stop] = predicted == y_index[start:stop]
-        if true_class:
-            true_probability[start:stop] = block[np.arange(stop - start), y_index[start:stop]]
+        if true_class or classwise is not None:
+            block_true = block[np.arange(stop - start), y_index[start:stop]].astype(np.float64)
+            if true_class:
+                true_probability[start:stop] = block_true
         if squares:
             sum_of_squares[start:stop] = np.einsum("ij,ij->i", block, block)
-        if classwise_edge is not None:
-            if cast_buffer is None:
-                column_sums += block.sum(axis=0)
-            else:
-                cast = cast_buffer[: stop - start]
-                cast[...] = block
-                column_sums += cast.sum(axis=0)
-            # Flat indices: 1-D nonzero and gather are several times faster than 2-D ones.
-            flat_block = block.reshape(-1)
-            flat = np.flatnonzero(flat_block > threshold)
-            rows, columns = np.divmod(flat, n_classes)
-            entry_rows.append(rows + start)
-            entry_columns.append(columns)
-            entry_values.append(flat_block[flat].astype(np.float64))
-    classwise = None
-    if classwise_edge is not None:
-        classwise = ClasswiseEntries(
-            rows=np.concatenate(entry_rows).astype(np.int64, copy=False),
-            columns=np.concatenate(entry_columns).astype(np.int64, copy=False),
-            values=np.concatenate(entry_values),
-            column_sums=column_sums,
-        )
-    return MatrixScan(confidence, correct, true_probability, sum_of_squares, classwise)
+        if classwise is not None:
+            block_weights = None if weights is None else weights[start:stop]
+            classwise.add_block(block, y_index[start:stop], block_true, block_weights)
+    return MatrixScan(
+        confidence,
+        correct,
+        true_probability,
+        sum_of_squares,
+        None if classwise is None else classwise.result(),
+    )
 
 
 def without_negative_zero(values: np.ndarray) -> np.ndarray:
@@ -163,8 +256,8 @@ def confidences_and_outcomes(
     ``"positive"``: ``(p(positive), [y == positive])`` for 1-D input or two columns.
     Both are float64 confidences (``-0.0`` normalised to ``0.0``) and boolean outcomes.
     """
-    check_option(mode, "mode", MODES)
-    if mode == "positive":
+    check_mode(mode, SCORE_MODES)
+    if mode == POSITIVE:
         if y_prob.ndim == 2:
             if y_prob.shape[1] != 2:
                 raise ValueError(

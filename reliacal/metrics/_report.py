@@ -8,36 +8,12 @@ import numpy as np
 import pandas as pd
 
 from reliacal._validation import check_n_bins, check_probabilities
-from reliacal.metrics._predictions import binary_columns
-from reliacal.metrics._smooth import smooth_ece_of_scores
-from reliacal.metrics._summary import classwise_ece, sample_metrics, summarize
+from reliacal.metrics._predictions import scan_matrix
+from reliacal.metrics._registry import REPORT_COLUMNS, compute, describe
+from reliacal.metrics._summary import prediction_matrix, summarize
+from reliacal.metrics._sums import MetricSums
 
-COLUMNS = (
-    "accuracy",
-    "ece",
-    "adaptive_ece",
-    "classwise_ece",
-    "mce",
-    "smooth_ece",
-    "nll",
-    "brier",
-    "overconfidence",
-)
-
-_BLOCK_BYTES = 1 << 22
-
-
-def _smooth_ece(confidence, correct) -> float:
-    return smooth_ece_of_scores(confidence, correct)[0]
-
-
-def _weighted_column_sums(y_prob: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``sum_i w_i p_ik`` in float64, in row blocks (no (n, K) float64 copy)."""
-    totals = np.zeros(y_prob.shape[1])
-    block = max(1, _BLOCK_BYTES // (y_prob.shape[1] * y_prob.itemsize))
-    for start in range(0, y_prob.shape[0], block):
-        totals += weights[start : start + block] @ y_prob[start : start + block].astype(np.float64)
-    return totals
+COLUMNS = REPORT_COLUMNS
 
 
 def _check_bootstrap(bootstrap, confidence_level) -> tuple[int, float]:
@@ -48,48 +24,47 @@ def _check_bootstrap(bootstrap, confidence_level) -> tuple[int, float]:
     return int(bootstrap), float(confidence_level)
 
 
+def _replicate(summary, matrix, sample, n_bins) -> dict[str, float]:
+    """The report's metrics on the rows ``sample`` (drawn with replacement)."""
+    # Classwise bins need every column: weight the samples by multiplicity instead
+    # of copying the resampled matrix.
+    weights = np.bincount(sample, minlength=matrix.shape[0]).astype(np.float64)
+    classwise = scan_matrix(
+        matrix, summary.y_index, top_label=False, classwise_bins=n_bins, weights=weights
+    ).classwise
+    sums = MetricSums.of_samples(
+        summary.confidence[sample],
+        summary.correct[sample],
+        summary.log_loss[sample],
+        summary.brier[sample],
+        classwise,
+    )
+    return compute(sums, COLUMNS)
+
+
 def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_level) -> dict:
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     summary = summarize(y_index, y_prob, n_bins)
-    row = sample_metrics(
-        summary.confidence,
-        summary.correct,
-        summary.log_loss,
-        summary.brier,
-        n_bins,
-        _smooth_ece,
-    )
-    row["classwise_ece"] = classwise_ece(summary, n_bins)
-    row = {column: row[column] for column in COLUMNS}
-    if bootstrap:
-        matrix = binary_columns(y_prob) if y_prob.ndim == 1 else y_prob
-        n_samples = y_index.shape[0]
-        replicates = {column: np.empty(bootstrap) for column in COLUMNS}
-        for b in range(bootstrap):
-            sample = rng.integers(0, n_samples, n_samples)
-            values = sample_metrics(
-                summary.confidence[sample],
-                summary.correct[sample],
-                summary.log_loss[sample],
-                summary.brier[sample],
-                n_bins,
-                _smooth_ece,
-            )
-            # Classwise bins need every column: weight the samples by multiplicity.
-            weights = np.bincount(sample, minlength=n_samples).astype(np.float64)
-            values["classwise_ece"] = classwise_ece(
-                summary,
-                n_bins,
-                weights=weights,
-                column_sums=_weighted_column_sums(matrix, weights),
-            )
-            for column in COLUMNS:
-                replicates[column][b] = values[column]
-        tail = 100 * (1 - confidence_level) / 2
+    del y_index  # the summary holds it
+    sums = MetricSums.of_summary(summary, keep_samples=True)
+    if not bootstrap:
+        # The per-sample scores and labels are summed already: free them before the
+        # quantile and smooth metrics allocate their own O(n) arrays.
+        del summary
+        return compute(sums, COLUMNS)
+    row = compute(sums, COLUMNS)
+    matrix = prediction_matrix(y_prob)
+    n_samples = summary.y_index.shape[0]
+    replicates = {column: np.empty(bootstrap) for column in COLUMNS}
+    for b in range(bootstrap):
+        values = _replicate(summary, matrix, rng.integers(0, n_samples, n_samples), n_bins)
         for column in COLUMNS:
-            low, high = np.percentile(replicates[column], [tail, 100 - tail])
-            row[f"{column}_ci_low"] = float(low)
-            row[f"{column}_ci_high"] = float(high)
+            replicates[column][b] = values[column]
+    tail = 100 * (1 - confidence_level) / 2
+    for column in COLUMNS:
+        low, high = np.percentile(replicates[column], [tail, 100 - tail])
+        row[f"{column}_ci_low"] = float(low)
+        row[f"{column}_ci_high"] = float(high)
     return row
 
 
@@ -105,25 +80,13 @@ def calibration_report(
 ) -> pd.DataFrame:
     r"""Compare models' calibration in one table, one row per model.
 
-    Columns (lower is better except ``accuracy``):
+    Columns (lower is better except ``accuracy``), from the package's metric table:
 
-    ========================  ===============================================
-    ``accuracy``              fraction of correct arg-max predictions
-    ``ece``                   top-label ECE, uniform bins
-                              (:func:`expected_calibration_error`)
-    ``adaptive_ece``          top-label ECE, equal-mass bins
-    ``classwise_ece``         :func:`classwise_calibration_error`
-    ``mce``                   maximum calibration error, uniform bins
-    ``smooth_ece``            :func:`smooth_calibration_error`
-    ``nll``                   :func:`negative_log_likelihood`
-    ``brier``                 :func:`brier_score`
-    ``overconfidence``        mean confidence minus accuracy: positive means
-                              over-confident, negative under-confident
-    ========================  ===============================================
+    {columns}
 
     Each probability matrix is read once (one blocked pass for arg-max, true-class
-    probabilities, squares and the few classwise entries above ``1 / n_bins``);
-    every metric is then computed from O(n) summaries, and each value equals the
+    probabilities, squares and the classwise bin sums); every metric is then
+    computed from O(n) summaries, and each value equals the
     corresponding metric function. With ``bootstrap=B``, the rows are resampled
     ``B`` times and percentile intervals are added as ``<metric>_ci_low`` and
     ``<metric>_ci_high`` (the classwise interval costs one weighted pass over the
@@ -192,3 +155,9 @@ def calibration_report(
     report = pd.DataFrame.from_dict(rows, orient="index")
     report.index.name = "model"
     return report
+
+
+# The column list is written from the metric table, so that it cannot drift from it.
+calibration_report.__doc__ = calibration_report.__doc__.replace(
+    "    {columns}", describe(COLUMNS, indent=4)
+)

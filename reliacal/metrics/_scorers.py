@@ -9,25 +9,11 @@ from __future__ import annotations
 
 import inspect
 
-from reliacal.metrics._calibration_error import (
-    classwise_calibration_error,
-    debiased_calibration_error,
-    expected_calibration_error,
-    maximum_calibration_error,
-)
-from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
-from reliacal.metrics._smooth import smooth_calibration_error
+from reliacal.metrics._calibration_error import expected_calibration_error
+from reliacal.metrics._registry import FUNCTIONS, GREATER_IS_BETTER, describe
+from reliacal.metrics._scores import brier_score, negative_log_likelihood
 
-METRICS = {
-    "ece": expected_calibration_error,
-    "mce": maximum_calibration_error,
-    "classwise_ece": classwise_calibration_error,
-    "debiased_ece": debiased_calibration_error,
-    "smooth_ece": smooth_calibration_error,
-    "nll": negative_log_likelihood,
-    "brier": brier_score,
-    "accuracy": accuracy,
-}
+METRICS = FUNCTIONS
 
 
 def _accepts_labels(metric) -> bool:
@@ -86,9 +72,10 @@ def make_calibration_scorer(metric, *, greater_is_better: bool | None = None, **
     Parameters
     ----------
     metric : callable or str
-        ``metric(y_true, y_prob, **kwargs) -> float``, or one of the names
-        ``"ece"``, ``"mce"``, ``"classwise_ece"``, ``"debiased_ece"``,
-        ``"smooth_ece"``, ``"nll"``, ``"brier"``, ``"accuracy"``.
+        ``metric(y_true, y_prob, **kwargs) -> float``, or the name of a metric
+        of the package's table that has a function:
+
+        {names}
     greater_is_better : bool, optional
         Whether larger metric values are better; default: True for accuracy only
         (every other metric here is a loss and is negated).
@@ -126,7 +113,7 @@ def make_calibration_scorer(metric, *, greater_is_better: bool | None = None, **
     if not callable(metric):
         raise ValueError(f"metric must be callable or a metric name, got {metric!r}")
     if greater_is_better is None:
-        greater_is_better = metric is accuracy
+        greater_is_better = metric in GREATER_IS_BETTER
     return CalibrationScorer(metric, 1 if greater_is_better else -1, kwargs)
 
 
@@ -134,3 +121,9 @@ def make_calibration_scorer(metric, *, greater_is_better: bool | None = None, **
 ece_scorer = make_calibration_scorer(expected_calibration_error)
 nll_scorer = make_calibration_scorer(negative_log_likelihood)
 brier_scorer = make_calibration_scorer(brier_score)
+
+
+# The names are written from the metric table, so that they cannot drift from it.
+make_calibration_scorer.__doc__ = make_calibration_scorer.__doc__.replace(
+    "        {names}", describe(FUNCTIONS, indent=8)
+)

@@ -7,16 +7,36 @@ import numpy as np
 from reliacal._validation import check_probabilities, to_numpy
 from reliacal.metrics._predictions import scan_matrix
 
+# Samples per chunk of the in-place Brier terms.
+_CHUNK = 1 << 16
 
-def clipped_log_loss(true_probability: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``-log p`` with ``p`` clipped to ``[eps, 1 - eps]``, eps of ``dtype`` (as sklearn)."""
+
+def clipped_log_loss(
+    true_probability: np.ndarray, dtype: np.dtype, *, in_place: bool = False
+) -> np.ndarray:
+    """``-log p`` with ``p`` clipped to ``[eps, 1 - eps]``, eps of ``dtype`` (as sklearn).
+
+    ``in_place=True`` overwrites the float64 ``true_probability`` (no temporaries).
+    """
     eps = float(np.finfo(dtype).eps)
-    return -np.log(np.clip(true_probability, eps, 1.0 - eps))
+    out = true_probability if in_place else None
+    clipped = np.clip(true_probability, eps, 1.0 - eps, out=out)
+    logged = np.log(clipped, out=clipped)
+    return np.negative(logged, out=logged)
 
 
-def brier_terms(true_probability: np.ndarray, sum_of_squares: np.ndarray) -> np.ndarray:
-    """Per-sample ``sum_k (p_k - [y = k])^2 = sum_k p_k^2 - 2 p_y + 1``."""
-    return sum_of_squares - 2.0 * true_probability + 1.0
+def brier_terms(
+    true_probability: np.ndarray, sum_of_squares: np.ndarray, *, in_place: bool = False
+) -> np.ndarray:
+    """Per-sample ``sum_k (p_k - [y = k])^2 = sum_k p_k^2 - 2 p_y + 1``.
+
+    ``in_place=True`` overwrites ``sum_of_squares`` with the result.
+    """
+    terms = sum_of_squares if in_place else sum_of_squares.copy()
+    for start in range(0, terms.shape[0], _CHUNK):  # chunks: 2 p_y is a temporary
+        terms[start : start + _CHUNK] -= 2.0 * true_probability[start : start + _CHUNK]
+    terms += 1.0
+    return terms
 
 
 def _true_class_probability(y_index, y_prob) -> np.ndarray:

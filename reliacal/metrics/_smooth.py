@@ -17,8 +17,9 @@ from typing import NamedTuple
 import numpy as np
 from scipy import fft
 
-from reliacal._validation import check_option, check_probabilities
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal._validation import check_probabilities
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 
 # relplot's defaults: evaluation grid size, bisection steps, smallest bandwidth and
 # the constant that keeps the smoothed density away from 0.
@@ -26,6 +27,8 @@ _MIN_EVALUATION_POINTS = 200
 _BISECTION_STEPS = 10
 _MIN_BANDWIDTH = 0.001
 _DENSITY_FLOOR = 0.0001
+# Samples spread onto a grid at once.
+_CHUNK_SAMPLES = 1 << 16
 
 
 def _kernel_grid_size(bandwidth: float) -> int:
@@ -49,20 +52,28 @@ class _SmoothingProblem:
     def grid_values(self, size: int) -> np.ndarray:
         """``(2, size)``: residuals and counts spread linearly onto ``j / (size - 1)``."""
         if size not in self._grids:
-            position = self.confidence * (size - 1)
-            index = position.astype(np.intp)
-            np.clip(index, 0, size - 2, out=index)
-            upper = position - index
-            lower = 1.0 - upper
-            values = np.empty((2, size))
-            for row, weights in enumerate((self.residual, None)):
-                low = lower if weights is None else lower * weights
-                high = upper if weights is None else upper * weights
-                spread = np.bincount(index, weights=low, minlength=size)
-                spread[1:] += np.bincount(index, weights=high, minlength=size - 1)[: size - 1]
-                values[row] = spread
+            values = np.zeros((2, size))
+            # In chunks: the spread costs several 8-byte temporaries per sample.
+            for start in range(0, self.confidence.shape[0], _CHUNK_SAMPLES):
+                stop = start + _CHUNK_SAMPLES
+                self._spread(self.confidence[start:stop], self.residual[start:stop], values)
             self._grids[size] = values
         return self._grids[size]
+
+    @staticmethod
+    def _spread(confidence, residual, values) -> None:
+        """Add the linear spread of ``(residual, 1)`` at ``confidence`` to ``values``."""
+        size = values.shape[1]
+        position = confidence * (size - 1)
+        index = position.astype(np.intp)
+        np.clip(index, 0, size - 2, out=index)
+        upper = position - index
+        lower = 1.0 - upper
+        for row, weights in enumerate((residual, None)):
+            low = lower if weights is None else lower * weights
+            high = upper if weights is None else upper * weights
+            values[row] += np.bincount(index, weights=low, minlength=size)
+            values[row, 1:] += np.bincount(index, weights=high, minlength=size - 1)[: size - 1]
 
     def smooth(self, bandwidth: float, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Kernel sums of residuals and of ones at ``points`` (unnormalised)."""
@@ -120,7 +131,7 @@ def _interpolate(points: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return confidence, outcome.astype(np.float64)

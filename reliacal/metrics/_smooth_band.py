@@ -6,9 +6,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reliacal._validation import check_option, check_probabilities
+from reliacal._validation import check_probabilities
 from reliacal.metrics._compare import bootstrap_indices
-from reliacal.metrics._predictions import MODES
+from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._smooth import smooth_reliability_curve
 
 
@@ -83,7 +83,7 @@ def smooth_reliability_band(
         raise ValueError(f"n_bootstraps must be an integer >= 1, got {n_bootstraps!r}")
     if not isinstance(confidence_level, float | int) or not (0 < confidence_level < 1):
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     # y_index holds column indices: the default label mapping of every call below.
     curve = smooth_reliability_curve(y_index, y_prob, n_points=n_points, mode=mode)

@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliacal._validation import check_n_bins, check_probabilities
-from reliacal.metrics._binning import (
-    BinnedStatistics,
-    bin_scores,
-    statistics_from_sums,
-    uniform_edges,
-    uniform_sums,
-)
-from reliacal.metrics._calibration_error import (
-    classwise_uniform_sums,
-    combine_classes,
-    debiased_error_from_statistics,
-    error_from_statistics,
-    norm_of_gaps,
-)
-from reliacal.metrics._smooth import smooth_ece_of_scores
+from reliacal._validation import check_classwise_bins, check_n_bins, check_probabilities
+from reliacal.metrics._binning import BinnedStatistics
+from reliacal.metrics._registry import BY_NAME, NEED_SAMPLES, STREAMABLE, compute, describe
 from reliacal.metrics._summary import summarize
+from reliacal.metrics._sums import MetricSums
 
 
 class CalibrationState:
@@ -30,18 +18,14 @@ class CalibrationState:
     metrics stream exactly, i.e. ``compute()`` equals the one-shot functions on all
     the data concatenated (up to floating-point summation order, ~1e-15):
 
-    * ``accuracy``, ``overconfidence`` (mean confidence minus accuracy);
-    * ``ece`` and ``mce``: top-label, uniform bins
-      (:func:`expected_calibration_error`, :func:`maximum_calibration_error`);
-    * ``classwise_ece``: uniform bins (:func:`classwise_calibration_error`);
-    * ``nll`` and ``brier``: :func:`negative_log_likelihood`, :func:`brier_score`.
+    {streamable}
 
     Quantile bins and the smooth ECE depend on all confidences at once and cannot
     be built from fixed-size sums. With ``keep_confidences=True`` the state stores
     one confidence and one correctness flag per sample (O(n), not O(nK)) and
-    ``compute()`` adds ``adaptive_ece`` (quantile ECE), ``debiased_ece``
-    (:func:`debiased_calibration_error`) and ``smooth_ece``
-    (:func:`smooth_calibration_error`); without it, asking for those raises.
+    ``compute()`` adds these; without it, asking for them raises:
+
+    {need_samples}
 
     Parameters
     ----------
@@ -85,16 +69,17 @@ class CalibrationState:
         self.n_bins = check_n_bins(n_bins)
         self.labels = None if labels is None else np.asarray(labels)
         self.keep_confidences = bool(keep_confidences)
-        self.n_classes = None
-        self.n_samples = 0
-        self._counts = np.zeros(self.n_bins)
-        self._sum_confidence = np.zeros(self.n_bins)
-        self._sum_correct = np.zeros(self.n_bins)
-        self._classwise = None  # (counts, sum_probability, sum_outcome), each (K, n_bins)
-        self._sum_log_loss = 0.0
-        self._sum_brier = 0.0
-        self._confidences: list[np.ndarray] = []
-        self._corrects: list[np.ndarray] = []
+        self._sums = None  # MetricSums, created by the first batch (it fixes n_classes)
+
+    @property
+    def n_samples(self) -> int:
+        """Samples seen so far."""
+        return 0 if self._sums is None else self._sums.n_samples
+
+    @property
+    def n_classes(self) -> int | None:
+        """Number of columns (2 for 1-D binary input); None before the first update."""
+        return None if self._sums is None else self._sums.n_classes
 
     def __repr__(self) -> str:
         return (
@@ -102,15 +87,20 @@ class CalibrationState:
             f"n_classes={self.n_classes}, keep_confidences={self.keep_confidences})"
         )
 
-    def _set_classes(self, n_classes: int) -> None:
-        if self.n_classes is None:
-            self.n_classes = n_classes
-            self._classwise = tuple(np.zeros((n_classes, self.n_bins)) for _ in range(3))
-        elif n_classes != self.n_classes:
+    def _check_classes(self, n_classes: int) -> None:
+        if self._sums is None:
+            check_classwise_bins(self.n_bins, n_classes)
+        elif n_classes != self._sums.n_classes:
             raise ValueError(
-                f"batch has {n_classes} classes but the state has {self.n_classes}; "
+                f"batch has {n_classes} classes but the state has {self._sums.n_classes}; "
                 "every batch must have the same columns"
             )
+
+    def _add(self, sums: MetricSums) -> None:
+        self._check_classes(sums.n_classes)
+        if self._sums is None:
+            self._sums = MetricSums(self.n_bins, sums.n_classes, keep_samples=self.keep_confidences)
+        self._sums.merge(sums)
 
     def update(self, y_true, y_prob) -> CalibrationState:
         """Add a batch of labels and probabilities (validated as the metric functions do).
@@ -128,25 +118,9 @@ class CalibrationState:
             ``self``.
         """
         y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=self.labels)
-        self._set_classes(2 if y_prob.ndim == 1 else y_prob.shape[1])
+        self._check_classes(2 if y_prob.ndim == 1 else y_prob.shape[1])
         summary = summarize(y_index, y_prob, self.n_bins)
-        _, counts, sum_confidence, sum_correct = uniform_sums(
-            summary.confidence, summary.correct, self.n_bins
-        )
-        self._counts += counts
-        self._sum_confidence += sum_confidence
-        self._sum_correct += sum_correct
-        classwise = classwise_uniform_sums(
-            summary.classwise, y_index, summary.true_probability, self.n_bins
-        )
-        for total, part in zip(self._classwise, classwise, strict=True):
-            total += part
-        self._sum_log_loss += float(np.sum(summary.log_loss))
-        self._sum_brier += float(np.sum(summary.brier))
-        self.n_samples += y_index.shape[0]
-        if self.keep_confidences:
-            self._confidences.append(summary.confidence)
-            self._corrects.append(summary.correct)
+        self._add(MetricSums.of_summary(summary, keep_samples=self.keep_confidences))
         return self
 
     def merge(self, other: CalibrationState) -> CalibrationState:
@@ -176,27 +150,14 @@ class CalibrationState:
         )
         if not same_labels:
             raise ValueError("cannot merge states with different labels")
-        if other.n_classes is None:
-            return self
-        self._set_classes(other.n_classes)
-        self._counts += other._counts
-        self._sum_confidence += other._sum_confidence
-        self._sum_correct += other._sum_correct
-        for total, part in zip(self._classwise, other._classwise, strict=True):
-            total += part
-        self._sum_log_loss += other._sum_log_loss
-        self._sum_brier += other._sum_brier
-        self.n_samples += other.n_samples
-        self._confidences.extend(other._confidences)
-        self._corrects.extend(other._corrects)
+        if other._sums is not None:
+            self._add(other._sums)
         return self
 
     def binned_statistics(self) -> BinnedStatistics:
         """Top-label uniform-bin statistics of all data seen (for reliability diagrams)."""
         self._check_not_empty()
-        return statistics_from_sums(
-            uniform_edges(self.n_bins), self._counts, self._sum_confidence, self._sum_correct
-        )
+        return self._sums.uniform_statistics()
 
     def _check_not_empty(self) -> None:
         if self.n_samples == 0:
@@ -216,38 +177,24 @@ class CalibrationState:
         dict of str to float
         """
         self._check_not_empty()
-        exact = ("accuracy", "ece", "classwise_ece", "mce", "nll", "brier", "overconfidence")
-        kept = ("adaptive_ece", "debiased_ece", "smooth_ece")
+        available = STREAMABLE + NEED_SAMPLES
         if metrics is None:
-            metrics = exact + kept if self.keep_confidences else exact
+            metrics = available if self.keep_confidences else STREAMABLE
         elif isinstance(metrics, str):
             metrics = (metrics,)
-        unknown = [name for name in metrics if name not in exact + kept]
+        unknown = [name for name in metrics if name not in available]
         if unknown:
-            raise ValueError(f"unknown metrics {unknown}; available: {list(exact + kept)}")
-        needs_confidences = [name for name in metrics if name in kept]
+            raise ValueError(f"unknown metrics {unknown}; available: {list(available)}")
+        needs_confidences = [name for name in metrics if BY_NAME[name].needs_samples]
         if needs_confidences and not self.keep_confidences:
             raise ValueError(
                 f"{needs_confidences} need every confidence (quantile bins, kernel smoothing) "
                 "and cannot stream from bin sums; create the state with keep_confidences=True"
             )
-        stats = self.binned_statistics()
-        n = self.n_samples
-        accuracy = float(self._sum_correct.sum() / n)
-        values = {
-            "accuracy": accuracy,
-            "ece": error_from_statistics(stats, "l1"),
-            "mce": error_from_statistics(stats, "max"),
-            "classwise_ece": combine_classes(norm_of_gaps(*self._classwise, "l1"), "l1"),
-            "nll": self._sum_log_loss / n,
-            "brier": self._sum_brier / n,
-            "overconfidence": float(self._sum_confidence.sum() / n) - accuracy,
-        }
-        if needs_confidences:
-            confidence = np.concatenate(self._confidences)
-            correct = np.concatenate(self._corrects)
-            quantile = bin_scores(confidence, correct, self.n_bins, "quantile")
-            values["adaptive_ece"] = error_from_statistics(quantile, "l1")
-            values["debiased_ece"] = debiased_error_from_statistics(quantile)
-            values["smooth_ece"] = smooth_ece_of_scores(confidence, correct)[0]
-        return {name: values[name] for name in metrics}
+        return compute(self._sums, metrics)
+
+
+# The metric lists are written from the metric table, so that they cannot drift from it.
+CalibrationState.__doc__ = CalibrationState.__doc__.replace(
+    "    {streamable}", describe(STREAMABLE, indent=4)
+).replace("    {need_samples}", describe(NEED_SAMPLES, indent=4))

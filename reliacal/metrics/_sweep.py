@@ -6,13 +6,14 @@ import numpy as np
 
 from reliacal._validation import check_n_bins, check_option, check_probabilities
 from reliacal.metrics._binning import STRATEGIES, bin_scores
-from reliacal.metrics._predictions import MODES, confidences_and_outcomes
+from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import confidences_and_outcomes
 
 SWEEP_NORMS = ("l1", "l2")
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_option(mode, "mode", MODES)
+    check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     return confidences_and_outcomes(y_index, y_prob, mode)
 

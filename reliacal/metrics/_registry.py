@@ -1,0 +1,157 @@
+"""The metric table: one definition per named metric, used everywhere a name is.
+
+Each :class:`Metric` says how to compute it from :class:`MetricSums`, which public
+function computes it from predictions (for the scorers), whether it streams (it
+needs bin sums only) and whether :func:`calibration_report` shows it. The report's
+columns, the streaming state's metrics and the scorers' names all come from
+:data:`METRICS`, in its order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reliacal.metrics._calibration_error import (
+    classwise_calibration_error,
+    classwise_error,
+    debiased_calibration_error,
+    debiased_error_from_statistics,
+    error_from_statistics,
+    expected_calibration_error,
+    maximum_calibration_error,
+)
+from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
+from reliacal.metrics._smooth import smooth_calibration_error, smooth_ece_of_scores
+from reliacal.metrics._sums import MetricSums
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One named metric.
+
+    Attributes
+    ----------
+    name : str
+        The report column, streaming key and scorer name.
+    description : str
+        One line for the documentation (reStructuredText).
+    compute : callable
+        ``compute(sums: MetricSums) -> float``.
+    function : callable or None
+        The public function on ``(y_true, y_prob)`` that equals ``compute`` with
+        its default arguments (scorers call it); None when there is none.
+    needs_samples : bool
+        Whether it needs every confidence (quantile bins, kernel smoothing): such
+        a metric cannot stream from fixed-size bin sums.
+    in_report : bool
+        Whether :func:`calibration_report` has a column for it.
+    greater_is_better : bool
+        True for scores (accuracy), False for losses (scorers negate those).
+    """
+
+    name: str
+    description: str
+    compute: Callable[[MetricSums], float]
+    function: Callable | None = None
+    needs_samples: bool = False
+    in_report: bool = True
+    greater_is_better: bool = False
+
+    @property
+    def streamable(self) -> bool:
+        """Whether it can be computed from bin sums that add up across batches."""
+        return not self.needs_samples
+
+
+def _accuracy(sums: MetricSums) -> float:
+    return float(sums.sum_correct.sum() / sums.n_samples)
+
+
+def _smooth_ece(sums: MetricSums) -> float:
+    return smooth_ece_of_scores(*sums.samples())[0]
+
+
+METRICS = (
+    Metric(
+        "accuracy",
+        "fraction of correct arg-max predictions",
+        _accuracy,
+        accuracy,
+        greater_is_better=True,
+    ),
+    Metric(
+        "ece",
+        "top-label ECE, uniform bins (:func:`expected_calibration_error`)",
+        lambda sums: error_from_statistics(sums.uniform_statistics(), "l1"),
+        expected_calibration_error,
+    ),
+    Metric(
+        "adaptive_ece",
+        "top-label ECE, equal-mass bins",
+        lambda sums: error_from_statistics(sums.quantile_statistics(), "l1"),
+        needs_samples=True,
+    ),
+    Metric(
+        "classwise_ece",
+        ":func:`classwise_calibration_error`, uniform bins",
+        lambda sums: classwise_error(sums.classwise, "l1"),
+        classwise_calibration_error,
+    ),
+    Metric(
+        "mce",
+        "maximum calibration error, uniform bins",
+        lambda sums: error_from_statistics(sums.uniform_statistics(), "max"),
+        maximum_calibration_error,
+    ),
+    Metric(
+        "debiased_ece",
+        ":func:`debiased_calibration_error`, equal-mass bins",
+        lambda sums: debiased_error_from_statistics(sums.quantile_statistics()),
+        debiased_calibration_error,
+        needs_samples=True,
+        in_report=False,
+    ),
+    Metric(
+        "smooth_ece",
+        ":func:`smooth_calibration_error`",
+        _smooth_ece,
+        smooth_calibration_error,
+        needs_samples=True,
+    ),
+    Metric(
+        "nll",
+        ":func:`negative_log_likelihood`",
+        lambda sums: sums.sum_log_loss / sums.n_samples,
+        negative_log_likelihood,
+    ),
+    Metric(
+        "brier",
+        ":func:`brier_score`",
+        lambda sums: sums.sum_brier / sums.n_samples,
+        brier_score,
+    ),
+    Metric(
+        "overconfidence",
+        "mean confidence minus accuracy: positive means over-confident, negative under-confident",
+        lambda sums: sums.total_confidence / sums.n_samples - _accuracy(sums),
+    ),
+)
+
+BY_NAME = {metric.name: metric for metric in METRICS}
+REPORT_COLUMNS = tuple(metric.name for metric in METRICS if metric.in_report)
+STREAMABLE = tuple(metric.name for metric in METRICS if metric.streamable)
+NEED_SAMPLES = tuple(metric.name for metric in METRICS if metric.needs_samples)
+FUNCTIONS = {metric.name: metric.function for metric in METRICS if metric.function is not None}
+GREATER_IS_BETTER = frozenset(metric.function for metric in METRICS if metric.greater_is_better)
+
+
+def compute(sums: MetricSums, names) -> dict[str, float]:
+    """``{name: value}`` of the named metrics, in the order of ``names``."""
+    return {name: BY_NAME[name].compute(sums) for name in names}
+
+
+def describe(names, indent: int) -> str:
+    """A reStructuredText definition list of the named metrics, for docstrings."""
+    pad = " " * indent
+    return "\n".join(f"{pad}``{name}``\n{pad}    {BY_NAME[name].description}" for name in names)

@@ -1,0 +1,126 @@
+"""The sums every registered metric is computed from; they add up across batches.
+
+:class:`MetricSums` holds the top-label uniform-bin sums, the classwise
+``(K, n_bins)`` sums, the sums of the per-sample log-losses and Brier terms, and,
+when asked to, every confidence and correctness flag (the quantile-bin and smooth
+metrics need them all). The report builds one per model (and per bootstrap
+replicate), the streaming state adds one per batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reliacal.metrics._binning import (
+    BinnedStatistics,
+    bin_scores,
+    statistics_from_sums,
+    uniform_edges,
+    uniform_sums,
+)
+from reliacal.metrics._predictions import ClasswiseSums
+from reliacal.metrics._summary import PredictionSummary
+
+
+class MetricSums:
+    """Mergeable sums of ``n_bins`` top-label and classwise bins, and of proper scores.
+
+    Parameters
+    ----------
+    n_bins : int
+        Number of uniform bins.
+    n_classes : int
+        Number of columns of the probabilities.
+    keep_samples : bool
+        Keep every confidence and correctness flag (O(n)).
+    """
+
+    def __init__(self, n_bins: int, n_classes: int, *, keep_samples: bool):
+        self.n_bins = n_bins
+        self.n_classes = n_classes
+        self.keep_samples = keep_samples
+        self.n_samples = 0
+        self.counts = np.zeros(n_bins)
+        self.sum_confidence = np.zeros(n_bins)
+        self.sum_correct = np.zeros(n_bins)
+        self.classwise = ClasswiseSums(*(np.zeros((n_classes, n_bins)) for _ in range(3)))
+        self.total_confidence = 0.0
+        self.sum_log_loss = 0.0
+        self.sum_brier = 0.0
+        self.confidences: list[np.ndarray] = []
+        self.corrects: list[np.ndarray] = []
+        self._cache: dict[str, object] = {}
+
+    @classmethod
+    def of_samples(
+        cls, confidence, correct, log_loss, brier, classwise: ClasswiseSums, *, keep_samples=True
+    ) -> MetricSums:
+        """The sums of per-sample values and the classwise sums of the same samples."""
+        n_classes, n_bins = classwise.counts.shape
+        sums = cls(n_bins, n_classes, keep_samples=keep_samples)
+        _, counts, sum_confidence, sum_correct = uniform_sums(confidence, correct, n_bins)
+        sums.counts += counts
+        sums.sum_confidence += sum_confidence
+        sums.sum_correct += sum_correct
+        sums.classwise = classwise
+        sums.n_samples = confidence.shape[0]
+        sums.total_confidence = float(np.sum(confidence))
+        sums.sum_log_loss = float(np.sum(log_loss))
+        sums.sum_brier = float(np.sum(brier))
+        if keep_samples:
+            sums.confidences.append(confidence)
+            sums.corrects.append(correct)
+        return sums
+
+    @classmethod
+    def of_summary(cls, summary: PredictionSummary, *, keep_samples: bool) -> MetricSums:
+        """The sums of one :class:`PredictionSummary`."""
+        return cls.of_samples(
+            summary.confidence,
+            summary.correct,
+            summary.log_loss,
+            summary.brier,
+            summary.classwise,
+            keep_samples=keep_samples,
+        )
+
+    def merge(self, other: MetricSums) -> MetricSums:
+        """Add ``other``'s sums to these (in place); return ``self``."""
+        self.n_samples += other.n_samples
+        self.counts += other.counts
+        self.sum_confidence += other.sum_confidence
+        self.sum_correct += other.sum_correct
+        for total, part in zip(self.classwise, other.classwise, strict=True):
+            total += part
+        self.total_confidence += other.total_confidence
+        self.sum_log_loss += other.sum_log_loss
+        self.sum_brier += other.sum_brier
+        self.confidences.extend(other.confidences)
+        self.corrects.extend(other.corrects)
+        self._cache.clear()
+        return self
+
+    def uniform_statistics(self) -> BinnedStatistics:
+        """Top-label statistics of the uniform bins."""
+        return statistics_from_sums(
+            uniform_edges(self.n_bins), self.counts, self.sum_confidence, self.sum_correct
+        )
+
+    def samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every kept ``(confidence, correct)``, in the order they were added."""
+        if "samples" not in self._cache:
+            if len(self.confidences) == 1:
+                self._cache["samples"] = (self.confidences[0], self.corrects[0])
+            else:
+                self._cache["samples"] = (
+                    np.concatenate(self.confidences),
+                    np.concatenate(self.corrects),
+                )
+        return self._cache["samples"]
+
+    def quantile_statistics(self) -> BinnedStatistics:
+        """Top-label statistics of equal-mass bins (needs the kept samples)."""
+        if "quantile" not in self._cache:
+            confidence, correct = self.samples()
+            self._cache["quantile"] = bin_scores(confidence, correct, self.n_bins, "quantile")
+        return self._cache["quantile"]

@@ -1,0 +1,83 @@
+"""What importing a module costs: the numpy-only paths must not load PyTorch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import reliacal.calibrators
+
+
+def _torch_modules_after(script: str) -> list[str]:
+    """Run ``script`` in a fresh interpreter; return the torch modules it loaded."""
+    probe = textwrap.dedent(script) + textwrap.dedent(
+        """
+        import sys
+        print(",".join(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))))
+        """
+    )
+    # The working tree first, so that a test of this checkout imports its own code.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    last_line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    return [name for name in last_line.split(",") if name]
+
+
+def test_fitting_and_pickling_calibrators_on_numpy_logits_leaves_torch_unloaded():
+    loaded = _torch_modules_after(
+        """
+        import pickle
+        import warnings
+        import numpy as np
+        import pandas as pd
+        from reliacal.calibrators import MatrixScaling, TemperatureScaling, VectorScaling
+
+        rng = np.random.default_rng(0)
+        logits = rng.normal(size=(200, 3)) * 3.0
+        labels = np.where(rng.uniform(size=200) < 0.8, logits.argmax(axis=1), 0)
+        models = (
+            TemperatureScaling(),
+            TemperatureScaling(objective="ece"),
+            VectorScaling(),
+            MatrixScaling(),
+        )
+        for model in models:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.fit(pd.DataFrame(logits), labels)
+            assert model.predict_proba(logits).shape == (200, 3)
+            assert 0 <= model.score(logits, labels) <= 1
+            restored = pickle.loads(pickle.dumps(model))  # joblib and GridSearchCV pickle
+            assert restored.predict(logits).shape == (200,)
+        """
+    )
+    assert loaded == []
+
+
+def test_metrics_and_the_package_leave_torch_unloaded():
+    loaded = _torch_modules_after(
+        """
+        import numpy as np
+        import reliacal
+        from reliacal.metrics import calibration_report
+
+        calibration_report([0, 1], {"m": np.array([[0.8, 0.2], [0.4, 0.6]])})
+        """
+    )
+    assert loaded == []
+
+
+def test_every_calibrator_name_is_still_importable():
+    for name in reliacal.calibrators.__all__:
+        assert getattr(reliacal.calibrators, name).__name__ == name
+    assert set(dir(reliacal.calibrators)) >= {"AdaptiveTS", "TemperatureScaling"}
