@@ -18,21 +18,10 @@ import numpy as np
 import pandas as pd
 
 from reliacal.metrics import CalibrationState
+from reliacal.metrics._registry import REPORT_COLUMNS
 
-__all__ = ["BLOCK_ROWS", "REPORT_METRICS", "metric_states", "report_from_states"]
+__all__ = ["BLOCK_ROWS", "metric_states", "report_from_states"]
 
-# The columns of calibration_report, in its order.
-REPORT_METRICS = (
-    "accuracy",
-    "ece",
-    "adaptive_ece",
-    "classwise_ece",
-    "mce",
-    "smooth_ece",
-    "nll",
-    "brier",
-    "overconfidence",
-)
 # Rows per block: 2**16 rows of 1,000 float64 classes are 0.5 GB of input, but the
 # per-block temporaries are O(rows), a few megabytes.
 BLOCK_ROWS = 1 << 16
@@ -116,7 +105,7 @@ def report_from_states(states: Mapping[str, CalibrationState]) -> pd.DataFrame:
     >>> bool(np.allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-12))
     True
     """
-    rows = {name: state.compute(REPORT_METRICS) for name, state in states.items()}
+    rows = {name: state.compute(REPORT_COLUMNS) for name, state in states.items()}
     report = pd.DataFrame.from_dict(rows, orient="index")
     report.index.name = "model"
     return report
