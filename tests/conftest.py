@@ -1,4 +1,9 @@
-"""Shared test fixtures: the bundled CIFAR records and the CUDA skip."""
+"""Shared fixtures of the whole suite: the bundled CIFAR records and the CUDA skip.
+
+Tests take these as pytest fixtures (never ``from conftest import``); a test
+that needs a CUDA device is marked ``@pytest.mark.gpu`` and is skipped here
+when none is present.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +22,35 @@ RECORD_NAMES = (
 )
 
 
-def load_record(name: str) -> tuple[np.ndarray, np.ndarray]:
+def _load_record(name: str) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(probabilities, labels)`` of one bundled CIFAR record."""
     with np.load(DATA_DIR / f"{name}.npz") as record:
         return record["predictions"], record["ground_truth"]
 
 
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def load_record():
+    """The loader of the bundled records: ``load_record(name) -> (probabilities, labels)``."""
+    return _load_record
+
+
 @pytest.fixture(params=RECORD_NAMES)
-def cifar_record(request):
+def record_name(request):
+    """Each bundled CIFAR record's name in turn."""
+    return request.param
+
+
+@pytest.fixture
+def cifar_record(record_name):
     """Each CIFAR record in turn, as ``(name, probabilities, labels)``."""
-    probs, labels = load_record(request.param)
-    return request.param, probs, labels
-
-
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    probs, labels = _load_record(record_name)
+    return record_name, probs, labels

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import RECORD_NAMES, load_record
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 from torchmetrics.functional.classification import multiclass_calibration_error
@@ -50,8 +49,8 @@ def torchmetrics_ece(probs, labels):
     )
 
 
-@pytest.mark.parametrize("name", RECORD_NAMES)
-def test_evaluate_each_record_as_csv(capsys, name):
+def test_evaluate_each_record_as_csv(capsys, record_name, load_record):
+    name = record_name
     status, out, err = run(capsys, "evaluate", DATA / f"{name}.npz", "--format", "csv")
     assert status == 0
     assert err == [
@@ -67,7 +66,7 @@ def test_evaluate_each_record_as_csv(capsys, name):
     pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-9)
 
 
-def test_evaluate_table_and_json(capsys, tmp_path):
+def test_evaluate_table_and_json(capsys, tmp_path, load_record):
     path = DATA / "wideresnet-16-4-cifar-100.npz"
     status, out, _ = run(capsys, "evaluate", path, "--name", "WRN")
     assert status == 0
@@ -92,7 +91,7 @@ def test_evaluate_writes_a_diagram(capsys, tmp_path, strategy):
     assert image.shape[0] > 200 and image.shape[1] > 200
 
 
-def test_evaluate_npy_pair_and_table(capsys, tmp_path):
+def test_evaluate_npy_pair_and_table(capsys, tmp_path, load_record):
     probs, labels = load_record("lenet-5-cifar-10")
     np.save(tmp_path / "probs.npy", probs)
     np.save(tmp_path / "labels.npy", labels)
@@ -116,7 +115,7 @@ def test_evaluate_npy_pair_and_table(capsys, tmp_path):
     np.testing.assert_allclose(from_npy.to_numpy(), from_table.to_numpy(), rtol=1e-7)
 
 
-def test_evaluate_logits_only_when_named(capsys, tmp_path):
+def test_evaluate_logits_only_when_named(capsys, tmp_path, load_record):
     probs, labels = load_record("lenet-5-cifar-10")
     logits = np.log(probs.astype(np.float64)) + 3.0  # logits up to a per-row constant
     np.savez(tmp_path / "as_probs.npz", probs=logits, labels=labels)
@@ -131,7 +130,7 @@ def test_evaluate_logits_only_when_named(capsys, tmp_path):
     assert table["ece"].iloc[0] == pytest.approx(torchmetrics_ece(probs, labels), abs=1e-5)
 
 
-def bad_files(tmp_path):
+def bad_files(tmp_path, load_record):
     probs, labels = load_record("lenet-5-cifar-10")
     nan_probs = probs.copy()
     nan_probs[17, 3] = np.nan
@@ -217,7 +216,7 @@ def test_installed_command_prints_no_traceback(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cifar100_halves(tmp_path_factory):
+def cifar100_halves(tmp_path_factory, load_record):
     """The split of ``docs/methods.md``: default_rng(0) permutation, first half calibrates."""
     folder = tmp_path_factory.mktemp("halves")
     probs, labels = load_record("wideresnet-16-4-cifar-100")
@@ -295,7 +294,7 @@ def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves
         ("matrix", ["--reg-off-diagonal", "1", "--reg-bias", "1"]),
     ],
 )
-def test_calibrate_vector_and_matrix(capsys, tmp_path, method, regularisation):
+def test_calibrate_vector_and_matrix(capsys, tmp_path, method, regularisation, load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     np.savez(tmp_path / "cal.npz", probs=probs[:2000], labels=labels[:2000])
     np.savez(tmp_path / "eval.npz", probs=probs[2000:4000], labels=labels[2000:4000])
@@ -339,7 +338,7 @@ def test_calibrate_uses_logits_when_both_files_hold_them(capsys, tmp_path):
     assert temperature == pytest.approx(3.0, rel=0.3)
 
 
-def test_string_labels_with_classes(capsys, tmp_path):
+def test_string_labels_with_classes(capsys, tmp_path, load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     names = np.array([f"c{k}" for k in range(10)])
     # Names deliberately not in sorted order of the labels' strings: c9 first.
@@ -376,7 +375,9 @@ def test_string_labels_with_classes(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("method", ["vector", "matrix"])
-def test_calibrate_without_regularisation_chooses_it_by_cross_validation(capsys, tmp_path, method):
+def test_calibrate_without_regularisation_chooses_it_by_cross_validation(
+    capsys, tmp_path, method, load_record
+):
     from sklearn.model_selection import GridSearchCV
 
     from reliacal.calibrators import MatrixScaling, VectorScaling
@@ -464,7 +465,7 @@ def test_wrong_number_of_class_names_is_named(capsys, tmp_path):
 
 
 @pytest.fixture
-def halves(tmp_path):
+def halves(tmp_path, load_record):
     probs, labels = load_record("lenet-5-cifar-10")
     np.savez(tmp_path / "cal.npz", probs=probs[:1000], labels=labels[:1000])
     np.savez(tmp_path / "eval.npz", probs=probs[1000:2000], labels=labels[1000:2000])

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from conftest import requires_cuda
 
 from reliacal._device import resolve_device, to_device
 
@@ -25,7 +24,7 @@ def test_to_device_moves_nested_batches():
     assert torch.equal(moved["x"][0], torch.ones(2))
 
 
-@requires_cuda
+@pytest.mark.gpu
 def test_to_device_reaches_cuda():
     moved = to_device((torch.ones(2),), resolve_device("cuda"))
     assert moved[0].is_cuda

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import load_record
 from scipy.special import softmax as scipy_softmax
 
 from reliacal.io import load_prediction_file
 
 
 @pytest.fixture(scope="module")
-def small_record():
+def small_record(load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     return probs[:500], labels[:500]
 

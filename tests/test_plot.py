@@ -10,7 +10,6 @@ import matplotlib.image
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from conftest import load_record
 from scipy.stats import binomtest
 from sklearn.calibration import calibration_curve
 from sklearn.linear_model import LogisticRegression
@@ -38,7 +37,7 @@ def binary_data():
 
 
 @pytest.fixture(scope="module")
-def record():
+def record(load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-100")
     return labels[:3000], probs[:3000]
 

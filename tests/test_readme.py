@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-# The Dask block needs a real cluster address; tests/test_search.py covers that path.
+# The Dask block needs a real cluster address; tests/calibrators/test_search.py covers that path.
 RUNNABLE = [block for block in BLOCKS if "Client(" not in block]
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import requires_cuda
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
@@ -672,7 +671,7 @@ def test_two_process_ddp_equals_single_process(tmp_path):
     assert (tmp_path / "checkpoints" / "checkpoint.pt").exists()
 
 
-@requires_cuda
+@pytest.mark.gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixed_precision", ["auto", "fp16", False])
 def test_cuda_training_with_mixed_precision(mixed_precision):
@@ -686,7 +685,7 @@ def test_cuda_training_with_mixed_precision(mixed_precision):
     assert result.history[-1]["val_accuracy"] > 0.9
 
 
-@requires_cuda
+@pytest.mark.gpu
 @pytest.mark.gpu
 def test_cuda_nan_guard_and_resume(tmp_path):
     torch.manual_seed(0)

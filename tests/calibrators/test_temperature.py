@@ -7,7 +7,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import RECORD_NAMES, load_record
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import log_softmax, softmax
 from torchmetrics.functional.classification import multiclass_calibration_error
@@ -91,16 +90,15 @@ DOCUMENTED_TEMPERATURES = {
 }
 
 
-@pytest.mark.parametrize("name", RECORD_NAMES)
-def test_cifar_records_optimum(name):
-    probabilities, labels = load_record(name)
+def test_cifar_records_optimum(record_name, load_record):
+    probabilities, labels = load_record(record_name)
     calibration = np.random.default_rng(0).permutation(len(labels))[: len(labels) // 2]
     logits, y = np.log(probabilities[calibration]), labels[calibration]
     fitted = TemperatureScaling().fit(logits, y)
     assert fitted.temperature_ == pytest.approx(_brentq_temperature(logits, y), rel=1e-12)
     bounded = _minimize_scalar_temperature(logits, y)
     assert _nll(logits, y, fitted.temperature_) <= _nll(logits, y, bounded) * (1 + 1e-15)
-    assert fitted.temperature_ == pytest.approx(DOCUMENTED_TEMPERATURES[name], abs=0.005)
+    assert fitted.temperature_ == pytest.approx(DOCUMENTED_TEMPERATURES[record_name], abs=0.005)
     # Accuracy never changes.
     np.testing.assert_array_equal(fitted.predict(logits), np.argmax(logits, axis=1))
 

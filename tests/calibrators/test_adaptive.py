@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import requires_cuda
 from scipy.special import log_softmax, softmax
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -430,7 +429,7 @@ def test_pickle_and_clone():
     assert not hasattr(fresh, "members_")
 
 
-@requires_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize(("confidence_inputs", "n_members"), [(False, 1), (True, 2)])
 def test_fits_on_cuda_and_predicts_after_unpickling_on_the_cpu(confidence_inputs, n_members):
     logits, y = _logit_problem()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import joblib
 import numpy as np
 import pytest
-from conftest import load_record
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
@@ -18,7 +17,7 @@ GRID = {"reg_off_diagonal": [0.0, 10.0, 1000.0], "reg_bias": [0.0, 10.0]}
 
 
 @pytest.fixture(scope="module")
-def calibration_split():
+def calibration_split(load_record):
     probabilities, labels = load_record("lenet-5-cifar-10")
     rows = np.random.default_rng(0).permutation(len(labels))[:2000]
     return np.log(probabilities[rows]), labels[rows]

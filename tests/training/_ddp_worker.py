@@ -1,6 +1,6 @@
 """Two-process DDP run (gloo, CPU) against a single-process run, for test_training.py.
 
-Run as ``python tests/_ddp_worker.py OUT_DIR``: writes ``single.pt`` (one process,
+Run as ``python tests/training/_ddp_worker.py OUT_DIR``: writes ``single.pt`` (one process,
 batch 8) and ``ddp.pt`` (two processes, batch 4 each, the same data order).
 """
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import relplot
 import torch
-from conftest import load_record
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss
 from torchmetrics.functional.classification import (
@@ -232,7 +231,7 @@ def test_records_match_kumar(cifar_record):
     assert debiased_calibration_error(labels, probs) == pytest.approx(debiased, abs=1e-6)
 
 
-def test_quantile_ties_follow_array_split():
+def test_quantile_ties_follow_array_split(load_record):
     """Brute force: sort by (confidence, outcome), array_split, average per group."""
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     confidence, correct = top_label(probs, labels)

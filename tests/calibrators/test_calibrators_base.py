@@ -13,7 +13,6 @@ import joblib
 import numpy as np
 import pytest
 import torch
-from conftest import requires_cuda
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.model_selection import cross_val_score
@@ -437,7 +436,7 @@ def test_modules_on_an_accelerator_are_pickled_as_one_cpu_copy(images, monkeypat
     np.testing.assert_array_equal(restored.predict_proba(X), fitted.predict_proba(X))
 
 
-@requires_cuda
+@pytest.mark.gpu
 @pytest.mark.gpu
 def test_fitted_on_cuda_predicts_on_a_cpu_only_machine(images, tmp_path):
     X, y = images

@@ -7,7 +7,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import load_record
 from scipy.optimize import check_grad
 from scipy.special import log_softmax
 from sklearn.base import clone
@@ -151,7 +150,7 @@ def test_odir_penalties_shrink_their_parameters():
         ("lenet-5-cifar-10", MatrixScaling(1e-2, 1e-2)),
     ],
 )
-def test_reduces_validation_nll_on_cifar_records(name, estimator):
+def test_reduces_validation_nll_on_cifar_records(name, estimator, load_record):
     probabilities, labels = load_record(name)
     order = np.random.default_rng(0).permutation(len(labels))
     calibration, evaluation = order[:5000], order[5000:]
@@ -165,7 +164,7 @@ def test_reduces_validation_nll_on_cifar_records(name, estimator):
     assert after < before
 
 
-def test_dirichlet_calibration_is_matrix_scaling_of_log_probabilities():
+def test_dirichlet_calibration_is_matrix_scaling_of_log_probabilities(load_record):
     probabilities, labels = load_record("lenet-5-cifar-10")
     probabilities, labels = probabilities[:2000], labels[:2000]
     dirichlet = MatrixScaling(0.1, 0.1, input="probs").fit(probabilities, labels)

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from conftest import load_record
 from scipy.stats import norm
 from sklearn.isotonic import IsotonicRegression
 
@@ -59,7 +58,7 @@ def test_corp_fit_equals_scikit_learn_positive(ties):
     assert np.all(np.diff(curve.calibrated) >= 0)
 
 
-def test_corp_fit_equals_scikit_learn_top_label_on_a_cifar_record():
+def test_corp_fit_equals_scikit_learn_top_label_on_a_cifar_record(load_record):
     probs, labels = load_record("lenet-5-cifar-10")
     curve = corp_reliability(labels, probs)
     confidence = probs.max(axis=1).astype(np.float64)

@@ -1,6 +1,6 @@
 """Tests of reliacal.finetune.calattn (CalAttnFinetuner).
 
-Run as a script (``python tests/test_calattn.py OUT_DIR``) this module is also the
+Run as a script (``python tests/finetune/test_calattn.py OUT_DIR``) this module is also the
 worker of the two-process DDP test.
 """
 
@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import requires_cuda
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from timm.models.deit import VisionTransformerDistilled
@@ -646,7 +645,7 @@ def test_unseeded_fit_resumes_with_the_interrupted_runs_seed(tmp_path):
     np.testing.assert_allclose(resumed.predict_proba(X).sum(axis=1), 1.0, atol=1e-6)
 
 
-@requires_cuda
+@pytest.mark.gpu
 @pytest.mark.gpu
 def test_cuda_fit_with_mixed_precision_predicts_on_cpu_after_pickling():
     X, y = image_data()
