@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from itertools import combinations
 
 import numpy as np
 from scipy.special import log_softmax, softmax
@@ -15,108 +16,81 @@ from .temperature import TemperatureScaling
 
 __all__ = ["EnsembleTemperatureScaling"]
 
-# Newton on the weights stops once the decrement (predicted NLL reduction) is this small.
+# Newton on the weights stops once the decrement (predicted NLL reduction) is this
+# small; below _QUADRATIC the steps are taken whole (the quadratic phase, where a
+# line search could not see the decrease at float64 resolution).
 _DECREMENT = 1e-20
-_MAX_NEWTON = 100
+_QUADRATIC = 1e-8
+_MAX_NEWTON = 200
+# A face minimum whose weights fall below -_FEASIBLE lies outside its face.
+_FEASIBLE = 1e-12
 
 
 def _mixture_nll(weights, components, sample_weight) -> float:
-    with np.errstate(divide="ignore"):
-        return float(-(sample_weight @ np.log(components @ weights)))
+    mixture = components @ weights
+    if not np.all(mixture > 0):
+        return np.inf
+    return float(-(sample_weight @ np.log(mixture)))
 
 
-def _interior_newton(components, sample_weight):
-    """Newton on ``(w_1, w_2)`` (``w_3 = 1 - w_1 - w_2``) from the centre, kept strictly inside.
+def _face_minimum(components, sample_weight, face) -> np.ndarray | None:
+    """Minimum of the mixture NLL on the affine hull of a face of the simplex, or None.
 
-    Returns ``(weights, converged)``: converged means a stationary point
-    inside the simplex, which is the minimum (the NLL is convex in ``w``).
+    ``face`` lists the weights allowed to be non-zero; the weights are
+    ``e_last + sum_j t_j (e_j - e_last)`` over the others ``j``. Damped Newton
+    on ``t`` (staying where every mixture probability is positive) finds the
+    minimum when it exists; None when the NLL decreases without bound along
+    the hull, or Newton does not settle.
     """
-    # d/dw_j of w . q with w_3 eliminated.
-    directions = components[:, :2] - components[:, 2:]
-    parameters = np.full(2, 1.0 / 3.0)
+    last, free = face[-1], face[:-1]
+    directions = components[:, free] - components[:, [last]]
 
-    def full(point):
-        return np.array([point[0], point[1], 1.0 - point[0] - point[1]])
+    def weights_at(t):
+        weights = np.zeros(components.shape[1])
+        weights[free] = t
+        weights[last] = 1.0 - t.sum()
+        return weights
 
-    loss = _mixture_nll(full(parameters), components, sample_weight)
+    t = np.full(len(free), 1.0 / len(face))
+    loss = _mixture_nll(weights_at(t), components, sample_weight)
+    previous_decrement = np.inf
     for _ in range(_MAX_NEWTON):
-        mixture = components @ full(parameters)
-        ratio = directions / mixture[:, None]
+        ratio = directions / (components @ weights_at(t))[:, None]
         gradient = -(sample_weight @ ratio)
         hessian = (ratio * sample_weight[:, None]).T @ ratio
         try:
             step = -np.linalg.solve(hessian, gradient)
         except np.linalg.LinAlgError:
-            return full(parameters), False
+            return None
         decrement = -float(gradient @ step)
-        if not decrement > 0:
-            return full(parameters), decrement == 0
+        if not np.all(np.isfinite(step)) or np.abs(t).max() > 1e6:
+            return None
+        if decrement <= 0 or decrement >= previous_decrement:
+            return weights_at(t)
+        previous_decrement = decrement if decrement <= _QUADRATIC else np.inf
         scale = 1.0
         while scale > 1e-12:
-            candidate = parameters + scale * step
-            point = full(candidate)
-            if np.all(point > 0):
-                candidate_loss = _mixture_nll(point, components, sample_weight)
-                if candidate_loss <= loss - 0.25 * scale * decrement:
-                    break
+            candidate = t + scale * step
+            candidate_loss = _mixture_nll(weights_at(candidate), components, sample_weight)
+            quadratic = decrement <= _QUADRATIC and np.isfinite(candidate_loss)
+            if quadratic or candidate_loss <= loss - 0.25 * scale * decrement:
+                break
             scale *= 0.5
         else:
-            # Blocked by the boundary (or float64 resolution): leave it to the edges.
-            return full(parameters), False
-        parameters, loss = candidate, candidate_loss
-        if decrement <= _DECREMENT and scale == 1.0:
-            return full(parameters), True
-    return full(parameters), False
-
-
-def _edge_minimum(components, sample_weight, start: int, end: int) -> np.ndarray:
-    """Minimum of the NLL on the edge ``(1 - t) e_start + t e_end`` of the simplex.
-
-    The derivative in ``t`` increases with ``t`` (convexity); its root is
-    found by Newton steps kept inside a bisection bracket.
-    """
-    a, b = components[:, start], components[:, end]
-    difference = b - a
-
-    def point(t):
-        weights = np.zeros(3)
-        weights[start], weights[end] = 1.0 - t, t
-        return weights
-
-    def derivatives(t):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = difference / (a + t * difference)
-        return -float(sample_weight @ ratio), float(sample_weight @ ratio**2)
-
-    low, high = 0.0, 1.0
-    slope_low, _ = derivatives(low)
-    if not slope_low < 0:
-        return point(low)
-    slope_high, _ = derivatives(high)
-    if not slope_high > 0:
-        return point(high)
-    t = 0.5
-    for _ in range(200):
-        slope, curvature = derivatives(t)
-        if slope < 0:
-            low = t
-        else:
-            high = t
-        candidate = t - slope / curvature if curvature > 0 else 0.5 * (low + high)
-        if not low < candidate < high:
-            candidate = 0.5 * (low + high)
-        if abs(candidate - t) <= 1e-15 or high - low <= 1e-15:
-            return point(candidate)
-        t = candidate
-    return point(t)
+            return None
+        t, loss = candidate, candidate_loss
+        if decrement <= _DECREMENT:
+            return weights_at(t)
+    return None
 
 
 def fit_mixture_weights(components, sample_weight) -> np.ndarray:
     """Simplex weights ``w`` minimising ``-sum_i v_i log(w . q_i)``; ``q_i`` a row of ``components``.
 
-    The objective is convex in ``w``: a stationary point inside the simplex is
-    the minimum; otherwise the minimum lies on an edge, and the best of the
-    three edge minima is taken.
+    The objective is convex in ``w``, so its minimum on the simplex is the
+    best of the minima over the faces (the interior, the three edges and the
+    three vertices) whose unconstrained minimum on the face's affine hull
+    lies inside the face.
 
     Examples
     --------
@@ -125,15 +99,16 @@ def fit_mixture_weights(components, sample_weight) -> np.ndarray:
     >>> fit_mixture_weights(q, np.full(3, 1 / 3)).round(6)
     array([0.631921, 0.368079, 0.      ])
     """
-    weights, converged = _interior_newton(components, sample_weight)
-    if converged:
-        return weights
-    candidates = [weights] + [
-        _edge_minimum(components, sample_weight, start, end)
-        for start, end in ((0, 1), (0, 2), (1, 2))
-    ]
+    n_components = components.shape[1]
+    candidates = list(np.eye(n_components))
+    for size in range(2, n_components + 1):
+        for face in combinations(range(n_components), size):
+            weights = _face_minimum(components, sample_weight, list(face))
+            if weights is not None and weights.min() >= -_FEASIBLE:
+                weights = np.maximum(weights, 0.0)
+                candidates.append(weights / weights.sum())
     losses = [_mixture_nll(candidate, components, sample_weight) for candidate in candidates]
-    return candidates[int(np.nanargmin(losses))]
+    return candidates[int(np.argmin(losses))]
 
 
 class EnsembleTemperatureScaling(ClassicCalibrator):
@@ -145,8 +120,8 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
     optimum); the weights ``w`` (non-negative, summing to 1) then minimise
     the (weighted) NLL of the mixture on the same calibration data. The NLL
     is convex in ``w``, and the fit reaches its minimum on the simplex to
-    float64 precision (Newton's method inside, one-dimensional Newton on the
-    edges). The paper fits the weights by squared error as well; only the
+    float64 precision (Newton's method on each face of the simplex, the best
+    feasible face minimum kept). The paper fits the weights by squared error as well; only the
     NLL is offered here.
 
     Parameters

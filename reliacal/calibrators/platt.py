@@ -156,7 +156,9 @@ class PlattScaling(OneVsRestCalibrator):
             target = targets[:, column]
             if self.target_smoothing:
                 target = _smoothed_targets(target, raw_weights)
-            fit = fit_logistic(scores[:, column : column + 1], target, weights, max_iter=self.max_iter)
+            fit = fit_logistic(
+                scores[:, column : column + 1], target, weights, max_iter=self.max_iter
+            )
             self.coef_[column] = fit.coef[0]
             self.intercept_[column] = fit.intercept
             self.n_iter_ = max(self.n_iter_, fit.n_iter)
