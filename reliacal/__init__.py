@@ -25,6 +25,7 @@ _PUBLIC = {
     "BetaCalibration": "reliacal.calibrators",
     "HistogramBinning": "reliacal.calibrators",
     "EnsembleTemperatureScaling": "reliacal.calibrators",
+    "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",
     "ReliabilityDisplay": "reliacal.plot",
