@@ -1,0 +1,161 @@
+"""What the classic calibrators share: 1-D binary scores and one-vs-rest maps.
+
+The classic calibrators (Platt, isotonic, beta, histogram binning, ensemble
+temperature scaling) output probabilities rather than a logit map, and were
+designed for binary problems. Two classes here adapt them to the
+:class:`~reliacal.calibrators.BaseCalibrator` contract:
+
+- :class:`ClassicCalibrator` also accepts a 1-D ``X`` of ``n`` binary
+  scores: in logits mode each value is the logit (log-odds, or any score
+  that grows with it) of the positive class ``classes_[1]``, read as the
+  two logit columns ``[0, s]``; with ``input="probs"`` it is the probability
+  of the positive class, read as ``[1 - p, p]``. A calibrator fitted on 1-D
+  input predicts on 1-D input (``n_features_in_ == 1``). ``predict_proba``
+  returns the calibrated probabilities as computed (exact zeros included),
+  ``input="probs"`` takes logs in float64 whatever the input dtype,
+  ``decision_function`` their logs ``log(max(p, tiny))``, ``tiny`` the
+  smallest normal float64.
+- :class:`OneVsRestCalibrator` fits a binary map per class on the
+  one-vs-rest log-odds ``s_k = log p_k - log(1 - p_k)`` of the uncalibrated
+  probabilities ``p = softmax(z)`` (for two classes one map, on ``s_1 = z_1 -
+  z_0``, and ``p_0 = 1 - p_1``), then divides each row by its sum (a row
+  whose maps all give 0 becomes uniform).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils.validation import validate_data
+
+from .._validation import check_logits, to_numpy
+from ._base import BaseCalibrator
+
+__all__ = ["ClassicCalibrator", "OneVsRestCalibrator", "one_vs_rest_log_odds"]
+
+_TINY = np.finfo(np.float64).tiny
+
+
+def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
+    """Return ``log p_k - log(1 - p_k)`` for ``p = softmax(logits)``, float64 ``(n, K)``.
+
+    Computed without forming ``1 - p_k``, which rounds to 0 for a confident
+    top class: with ``e = exp(z - max z)`` (so the top entry is 1) the
+    complement of a class other than the top one is ``1 + rest - e_k``,
+    ``rest`` the sum of the non-top entries, and that of the top class is
+    ``rest`` itself.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> np.round(one_vs_rest_log_odds(np.array([[0.0, 2.0], [1.0, 1.0]])), 6)
+    array([[-2.,  2.],
+           [ 0.,  0.]])
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(logits.shape[0])
+    top = np.argmax(logits, axis=1)
+    shifted = logits - logits[rows, top][:, None]
+    exponentials = np.exp(shifted)
+    exponentials[rows, top] = 0.0
+    rest = exponentials.sum(axis=1)
+    complement = (1.0 + rest)[:, None] - exponentials
+    complement[rows, top] = rest
+    # rest == 0 (every other class underflowed): the top class's odds are beyond float64.
+    with np.errstate(divide="ignore"):
+        log_complement = np.log(complement)
+    log_odds = shifted - log_complement
+    return np.clip(log_odds, -np.log(1 / _TINY), np.log(1 / _TINY))
+
+
+class ClassicCalibrator(BaseCalibrator):
+    """Base of the probability-output calibrators: 1-D binary input, log-probability output.
+
+    Subclasses implement ``_fit_core`` and ``_calibrated_proba(features,
+    logits) -> (n, K)`` probabilities.
+    """
+
+    def _calibrated_proba(self, features, logits) -> np.ndarray:
+        raise NotImplementedError
+
+    def _calibrated_logits(self, features, logits) -> np.ndarray:
+        return np.log(np.maximum(self._calibrated_proba(features, logits), _TINY))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Return calibrated probabilities (float64, rows summing to 1).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
+            Input in the form given to ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            Column ``j`` is the probability of ``classes_[j]``; exact zeros stay
+            zeros (``decision_function`` clips them to ``log(tiny)``).
+        """
+        features, logits, _ = self._transform_inputs(X)
+        return np.asarray(self._calibrated_proba(features, logits), dtype=np.float64)
+
+    def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
+        # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
+        # (relative error ~6e-8) would move a score between close isotonic knots.
+        return super()._probabilities_to_logits(np.asarray(probabilities, dtype=np.float64))
+
+    def _logits_mode_inputs(self, X, reset: bool):
+        values = to_numpy(X, "X") if type(X).__module__.startswith("torch") else X
+        fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
+        if np.ndim(values) != 1 or fitted_on_columns:
+            # sklearn's errors, with its "Reshape your data" hint for 1-D input here.
+            return super()._logits_mode_inputs(values, reset=reset)
+        # pandas Series and lists too: one score per sample, as a single column.
+        column = np.asarray(values).reshape(-1, 1)
+        column = validate_data(
+            self, column, reset=reset, dtype=(np.float64, np.float32), ensure_all_finite=False
+        )
+        scores = check_logits(column)[:, 0]
+        if self.input == "probs":
+            # [1 - p, p]: the base checks that these are probabilities and takes their logs.
+            two_columns = np.column_stack([1.0 - scores, scores])
+        else:
+            two_columns = np.column_stack([np.zeros_like(scores), scores])
+        return self._split_columns(two_columns)
+
+
+class OneVsRestCalibrator(ClassicCalibrator):
+    """A binary map per class on the one-vs-rest log-odds, renormalised.
+
+    Subclasses implement ``_fit_maps(scores, targets, sample_weight)`` (scores
+    and 0/1 targets of shape ``(n, m)``, one column per map: ``m = 1`` for a
+    binary problem, else ``K``) and ``_apply_maps(scores) -> (n, m)``
+    probabilities.
+    """
+
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        raise NotImplementedError
+
+    def _apply_maps(self, scores) -> np.ndarray:
+        raise NotImplementedError
+
+    @staticmethod
+    def _mapped_scores(logits) -> np.ndarray:
+        scores = one_vs_rest_log_odds(logits)
+        return scores[:, 1:] if scores.shape[1] == 2 else scores
+
+    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+        scores = self._mapped_scores(logits)
+        n_classes = logits.shape[1]
+        targets = np.eye(n_classes)[y_index]
+        if n_classes == 2:
+            targets = targets[:, 1:]
+        self._fit_maps(scores, targets, sample_weight)
+
+    def _calibrated_proba(self, features, logits) -> np.ndarray:
+        mapped = np.clip(self._apply_maps(self._mapped_scores(logits)), 0.0, 1.0)
+        if logits.shape[1] == 2:
+            return np.column_stack([1.0 - mapped[:, 0], mapped[:, 0]])
+        totals = mapped.sum(axis=1, keepdims=True)
+        empty = totals[:, 0] == 0
+        mapped[empty] = 1.0
+        totals[empty] = mapped.shape[1]
+        return mapped / totals

@@ -1,0 +1,192 @@
+"""Beta calibration (Kull, Silva Filho and Flach, 2017)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from scipy.special import expit
+from sklearn.utils._param_validation import Interval
+
+from ._base import BaseCalibrator, ConvergenceWarning
+from ._classic import OneVsRestCalibrator
+from ._logistic import fit_logistic
+
+__all__ = ["BetaCalibration"]
+
+
+def _beta_features(scores: np.ndarray) -> np.ndarray:
+    """``[ln p, -ln(1 - p)]`` for ``p = sigmoid(s)``, computed from ``s`` without rounding p."""
+    return np.column_stack([-np.logaddexp(0.0, -scores), np.logaddexp(0.0, scores)])
+
+
+def _fit_beta_map(features, targets, weights, *, monotonic: bool, max_iter: int):
+    """``(a, b, c, n_iter, converged)`` of one beta map.
+
+    With ``monotonic``, a negative ``a`` or ``b`` is set to 0 and the other
+    parameters refitted (the procedure of Kull et al., which keeps the map
+    non-decreasing).
+    """
+    active = [0, 1]
+    n_iter = 0
+    while True:
+        fit = fit_logistic(features[:, active], targets, weights, max_iter=max_iter)
+        n_iter += fit.n_iter
+        coef = np.zeros(2)
+        coef[active] = fit.coef
+        negative = [index for index in active if coef[index] < 0]
+        if not monotonic or not negative:
+            return coef[0], coef[1], fit.intercept, n_iter, fit.converged
+        # The most negative one is dropped first; the other may turn positive.
+        active.remove(min(negative, key=lambda index: coef[index]))
+
+
+class BetaCalibration(OneVsRestCalibrator):
+    r"""Beta calibration: ``p' = sigmoid(a ln p - b ln(1 - p) + c)``.
+
+    Kull, Silva Filho and Flach, "Beta calibration: a well-founded and easily
+    implemented improvement on logistic calibration for binary classifiers",
+    AISTATS 2017 (the three-parameter family). ``p`` is the uncalibrated
+    probability of the positive class; ``a``, ``b`` and ``c`` maximise the
+    (weighted) binary likelihood, a logistic regression on the features
+    ``ln p`` and ``-ln(1 - p)`` fitted by Newton's method to float64
+    precision. The family contains the identity (``a = b = 1, c = 0``) and
+    Platt scaling of the log-odds (``a = b``).
+
+    With ``monotonic=True`` (the paper's recommendation) ``a, b >= 0``: a
+    negative estimate is set to 0 and the rest refitted, so the map never
+    decreases. For ``K > 2`` classes one map per class on its one-vs-rest
+    probability, rows then divided by their sums.
+
+    Parameters
+    ----------
+    monotonic : bool, default=True
+        Constrain ``a`` and ``b`` to be non-negative.
+    max_iter : int, default=100
+        Maximum Newton steps per fit; separable data stops here with a
+        :class:`ConvergenceWarning`.
+    input : {"logits", "probs"}, default="logits"
+        ``"probs"``: ``X`` holds probabilities (1-D: of the positive class).
+    classes : array-like of shape (K,), default=None
+        Label of each column of ``X`` (default ``0..K-1``).
+    backbone : model, BackboneAdapter or str, default=None
+        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
+    batch_size : int, default=256
+        Backbone batch size.
+    device : str or torch.device, default="auto"
+        Backbone device.
+    mixed_precision : bool, default=False
+        Backbone autocast on CUDA.
+    memory : joblib.Memory, str or path, default=None
+        Cache of the backbone outputs.
+    verbose : int, default=0
+        Progress output of the backbone pass.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (m, 2)
+        ``(a, b)`` of each map (``m = 1`` for two classes, else ``K``).
+    intercept_ : ndarray of shape (m,)
+        ``c`` of each map.
+    n_iter_ : int
+        Most Newton steps taken by a map (refits included).
+    classes_ : ndarray of shape (K,)
+        Label of each column.
+    n_features_in_ : int
+        Number of columns of ``X`` (1 for 1-D binary scores).
+
+    See Also
+    --------
+    PlattScaling : the two-parameter logistic map (``a = b``).
+
+    Notes
+    -----
+    Input forms: logits ``(n, K)`` (``p = softmax(z)``); probabilities with
+    ``input="probs"``; or 1-D binary scores ``(n,)``, each the logit
+    (log-odds) of the positive class ``classes_[1]`` (with ``input="probs"``:
+    its probability). ``ln p`` and ``ln(1 - p)`` are computed from the
+    log-odds, so probabilities that round to 1 keep their information.
+    ``decision_function`` returns the log of the calibrated probabilities.
+    The ``check_estimator`` checks waived by design are those of every
+    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators import BetaCalibration
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(0.01, 0.99, size=2000)
+    >>> y = (rng.uniform(size=2000) < p**2).astype(int)  # the true probability is p**2
+    >>> beta = BetaCalibration(input="probs").fit(p, y)
+    >>> beta.coef_.round(2), beta.intercept_.round(2)
+    (array([[1.43, 1.18]]), array([-1.01]))
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "monotonic": ["boolean"],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        monotonic: bool = True,
+        *,
+        max_iter: int = 100,
+        input: str = "logits",
+        classes=None,
+        backbone=None,
+        batch_size: int = 256,
+        device="auto",
+        mixed_precision: bool = False,
+        memory=None,
+        verbose: int = 0,
+    ):
+        self.monotonic = monotonic
+        self.max_iter = max_iter
+        self.input = input
+        self.classes = classes
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.device = device
+        self.mixed_precision = mixed_precision
+        self.memory = memory
+        self.verbose = verbose
+
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
+        weights = weights / weights.sum()
+        n_maps = scores.shape[1]
+        self.coef_ = np.empty((n_maps, 2))
+        self.intercept_ = np.empty(n_maps)
+        self.n_iter_ = 0
+        not_converged = []
+        for column in range(n_maps):
+            a, b, c, n_iter, converged = _fit_beta_map(
+                _beta_features(scores[:, column]),
+                targets[:, column],
+                weights,
+                monotonic=self.monotonic,
+                max_iter=self.max_iter,
+            )
+            self.coef_[column] = a, b
+            self.intercept_[column] = c
+            self.n_iter_ = max(self.n_iter_, n_iter)
+            if not converged:
+                not_converged.append(column)
+        if not_converged:
+            warnings.warn(
+                f"BetaCalibration: the fit of map(s) {not_converged[:10]} did not converge in "
+                f"max_iter={self.max_iter} Newton steps (the scores separate the classes, so "
+                "the parameters grow without bound)",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+
+    def _apply_maps(self, scores) -> np.ndarray:
+        maps = [
+            expit(_beta_features(scores[:, column]) @ self.coef_[column] + self.intercept_[column])
+            for column in range(scores.shape[1])
+        ]
+        return np.column_stack(maps)

@@ -1,0 +1,257 @@
+"""Ensemble temperature scaling (Zhang, Kailkhura and Han, 2020)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from itertools import combinations
+
+import numpy as np
+from scipy.special import log_softmax, softmax
+from sklearn.utils._param_validation import Interval
+
+from ._base import BaseCalibrator
+from ._classic import ClassicCalibrator
+from .temperature import TemperatureScaling
+
+__all__ = ["EnsembleTemperatureScaling"]
+
+# Newton on the weights stops once the decrement (predicted NLL reduction) is this
+# small; below _QUADRATIC the steps are taken whole (the quadratic phase, where a
+# line search could not see the decrease at float64 resolution).
+_DECREMENT = 1e-20
+_QUADRATIC = 1e-8
+_MAX_NEWTON = 200
+# A face minimum whose weights fall below -_FEASIBLE lies outside its face.
+_FEASIBLE = 1e-12
+
+
+def _mixture_nll(weights, components, sample_weight) -> float:
+    mixture = components @ weights
+    if not np.all(mixture > 0):
+        return np.inf
+    return float(-(sample_weight @ np.log(mixture)))
+
+
+def _face_minimum(components, sample_weight, face) -> np.ndarray | None:
+    """Minimum of the mixture NLL on the affine hull of a face of the simplex, or None.
+
+    ``face`` lists the weights allowed to be non-zero; the weights are
+    ``e_last + sum_j t_j (e_j - e_last)`` over the others ``j``. Damped Newton
+    on ``t`` (staying where every mixture probability is positive) finds the
+    minimum when it exists; None when the NLL decreases without bound along
+    the hull, or Newton does not settle.
+    """
+    last, free = face[-1], face[:-1]
+    directions = components[:, free] - components[:, [last]]
+
+    def weights_at(t):
+        weights = np.zeros(components.shape[1])
+        weights[free] = t
+        weights[last] = 1.0 - t.sum()
+        return weights
+
+    t = np.full(len(free), 1.0 / len(face))
+    loss = _mixture_nll(weights_at(t), components, sample_weight)
+    previous_decrement = np.inf
+    for _ in range(_MAX_NEWTON):
+        ratio = directions / (components @ weights_at(t))[:, None]
+        gradient = -(sample_weight @ ratio)
+        hessian = (ratio * sample_weight[:, None]).T @ ratio
+        try:
+            step = -np.linalg.solve(hessian, gradient)
+        except np.linalg.LinAlgError:
+            return None
+        decrement = -float(gradient @ step)
+        if not np.all(np.isfinite(step)) or np.abs(t).max() > 1e6:
+            return None
+        if decrement <= 0 or decrement >= previous_decrement:
+            return weights_at(t)
+        previous_decrement = decrement if decrement <= _QUADRATIC else np.inf
+        scale = 1.0
+        while scale > 1e-12:
+            candidate = t + scale * step
+            candidate_loss = _mixture_nll(weights_at(candidate), components, sample_weight)
+            quadratic = decrement <= _QUADRATIC and np.isfinite(candidate_loss)
+            if quadratic or candidate_loss <= loss - 0.25 * scale * decrement:
+                break
+            scale *= 0.5
+        else:
+            return None
+        t, loss = candidate, candidate_loss
+        if decrement <= _DECREMENT:
+            return weights_at(t)
+    return None
+
+
+def fit_mixture_weights(components, sample_weight) -> np.ndarray:
+    """Simplex weights ``w`` minimising ``-sum_i v_i log(w . q_i)``; ``q_i`` a row of ``components``.
+
+    The objective is convex in ``w``, so its minimum on the simplex is the
+    best of the minima over the faces (the interior, the three edges and the
+    three vertices) whose unconstrained minimum on the face's affine hull
+    lies inside the face.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[0.9, 0.5, 0.1], [0.8, 0.5, 0.1], [0.2, 0.5, 0.1]])
+    >>> fit_mixture_weights(q, np.full(3, 1 / 3)).round(6)
+    array([0.631921, 0.368079, 0.      ])
+    """
+    n_components = components.shape[1]
+    candidates = list(np.eye(n_components))
+    for size in range(2, n_components + 1):
+        for face in combinations(range(n_components), size):
+            weights = _face_minimum(components, sample_weight, list(face))
+            if weights is not None and weights.min() >= -_FEASIBLE:
+                weights = np.maximum(weights, 0.0)
+                candidates.append(weights / weights.sum())
+    losses = [_mixture_nll(candidate, components, sample_weight) for candidate in candidates]
+    return candidates[int(np.argmin(losses))]
+
+
+class EnsembleTemperatureScaling(ClassicCalibrator):
+    r"""Ensemble temperature scaling: ``w_1 softmax(z / T) + w_2 softmax(z) + w_3 / K``.
+
+    Zhang, Kailkhura and Han, "Mix-n-Match: Ensemble and Compositional
+    Methods for Uncertainty Calibration in Deep Learning", ICML 2020. The
+    temperature ``T`` is that of :class:`TemperatureScaling` (the NLL
+    optimum); the weights ``w`` (non-negative, summing to 1) then minimise
+    the (weighted) NLL of the mixture on the same calibration data. The NLL
+    is convex in ``w``, and the fit reaches its minimum on the simplex to
+    float64 precision (Newton's method on each face of the simplex, the best
+    feasible face minimum kept). The paper fits the weights by squared error as well; only the
+    NLL is offered here.
+
+    Parameters
+    ----------
+    tol : float, default=1e-6
+        ``tol`` of the :class:`TemperatureScaling` fit.
+    max_iter : int, default=100
+        ``max_iter`` of the :class:`TemperatureScaling` fit.
+    input : {"logits", "probs"}, default="logits"
+        ``"probs"``: ``X`` holds probabilities (1-D: of the positive class).
+    classes : array-like of shape (K,), default=None
+        Label of each column of ``X`` (default ``0..K-1``).
+    backbone : model, BackboneAdapter or str, default=None
+        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
+    batch_size : int, default=256
+        Backbone batch size.
+    device : str or torch.device, default="auto"
+        Backbone device.
+    mixed_precision : bool, default=False
+        Backbone autocast on CUDA.
+    memory : joblib.Memory, str or path, default=None
+        Cache of the backbone outputs.
+    verbose : int, default=0
+        Progress output of the backbone pass.
+
+    Attributes
+    ----------
+    temperature_ : float
+        The temperature ``T`` of the first component.
+    weights_ : ndarray of shape (3,)
+        ``(w_1, w_2, w_3)``: temperature-scaled, uncalibrated, uniform.
+    n_iter_ : int
+        Passes over the data of the temperature fit.
+    classes_ : ndarray of shape (K,)
+        Label of each column.
+    n_features_in_ : int
+        Number of columns of ``X`` (1 for 1-D binary scores).
+
+    See Also
+    --------
+    TemperatureScaling : the first component alone.
+
+    Notes
+    -----
+    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
+    (their logs are the logits); or 1-D binary scores ``(n,)``, each the
+    logit (log-odds) of the positive class ``classes_[1]`` (with
+    ``input="probs"``: its probability). ``decision_function`` returns the
+    log of the calibrated probabilities. The ``check_estimator`` checks
+    waived by design are those of every logit calibrator
+    (``_expected_failed_checks()`` lists them with reasons), and
+    ``check_classifiers_one_label``, since like temperature scaling the
+    mixture keeps the predicted class.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators import EnsembleTemperatureScaling
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=500)
+    >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(500, 3)))  # overconfident
+    >>> ets = EnsembleTemperatureScaling().fit(logits, y)
+    >>> round(ets.temperature_, 3), ets.weights_.round(3)
+    (2.723, array([1., 0., 0.]))
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        *,
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        input: str = "logits",
+        classes=None,
+        backbone=None,
+        batch_size: int = 256,
+        device="auto",
+        mixed_precision: bool = False,
+        memory=None,
+        verbose: int = 0,
+    ):
+        self.tol = tol
+        self.max_iter = max_iter
+        self.input = input
+        self.classes = classes
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.device = device
+        self.mixed_precision = mixed_precision
+        self.memory = memory
+        self.verbose = verbose
+
+    def _components(self, logits, y_index=None):
+        """Per sample the three components' probabilities: of ``y`` if given, else all."""
+        logits = np.asarray(logits, dtype=np.float64)
+        if y_index is None:
+            return softmax(logits / self.temperature_, axis=1), softmax(logits, axis=1)
+        rows = np.arange(logits.shape[0])
+        scaled = log_softmax(logits / self.temperature_, axis=1)[rows, y_index]
+        plain = log_softmax(logits, axis=1)[rows, y_index]
+        uniform = np.full(logits.shape[0], 1.0 / logits.shape[1])
+        return np.column_stack([np.exp(scaled), np.exp(plain), uniform])
+
+    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+        scaling = TemperatureScaling(tol=self.tol, max_iter=self.max_iter)
+        with warnings.catch_warnings():
+            # This fit has already warned about logits that look like probabilities.
+            warnings.filterwarnings("ignore", "look like probabilities", UserWarning)
+            scaling.fit(logits, y_index, sample_weight=sample_weight)
+        self.temperature_ = scaling.temperature_
+        self.n_iter_ = scaling.n_iter_
+        weights = np.full(logits.shape[0], 1.0) if sample_weight is None else sample_weight
+        components = self._components(logits, y_index)
+        self.weights_ = fit_mixture_weights(components, weights / weights.sum())
+
+    def _calibrated_proba(self, features, logits) -> np.ndarray:
+        scaled, plain = self._components(logits)
+        w_scaled, w_plain, w_uniform = self.weights_
+        return w_scaled * scaled + w_plain * plain + w_uniform / logits.shape[1]
+
+    def _expected_failed_checks(self) -> dict[str, str]:
+        return {
+            **super()._expected_failed_checks(),
+            "check_classifiers_one_label": (
+                "the mixture keeps the argmax of the logits, so it cannot learn to predict "
+                "the single class seen in fit"
+            ),
+        }

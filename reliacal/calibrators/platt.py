@@ -1,0 +1,177 @@
+"""Platt scaling: a logistic regression on the classifier's log-odds."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from scipy.special import expit
+from sklearn.utils._param_validation import Interval
+
+from ._base import BaseCalibrator, ConvergenceWarning
+from ._classic import OneVsRestCalibrator
+from ._logistic import fit_logistic
+
+__all__ = ["PlattScaling"]
+
+
+def _smoothed_targets(targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Platt's targets: ``(N+ + 1) / (N+ + 2)`` for positives, ``1 / (N- + 2)`` for negatives.
+
+    ``N+`` and ``N-`` are the (weighted) numbers of positives and negatives;
+    ``weights`` are the raw sample weights (ones when unweighted).
+    """
+    positive = targets > 0.5
+    n_positive = float(weights[positive].sum())
+    n_negative = float(weights[~positive].sum())
+    return np.where(positive, (n_positive + 1.0) / (n_positive + 2.0), 1.0 / (n_negative + 2.0))
+
+
+class PlattScaling(OneVsRestCalibrator):
+    r"""Platt scaling: ``p = sigmoid(a s + b)`` on the log-odds ``s`` of the positive class.
+
+    Platt, "Probabilistic Outputs for Support Vector Machines and Comparisons
+    to Regularized Likelihood Methods", 1999. For two classes ``s = z_1 -
+    z_0`` (the 1-D score itself for 1-D input); for ``K > 2`` classes one map
+    per class on its one-vs-rest log-odds ``s_k = log p_k - log(1 - p_k)``,
+    ``p = softmax(z)``, and each row divided by its sum (as scikit-learn's
+    ``CalibratedClassifierCV(method="sigmoid")`` does with its one-vs-rest
+    maps).
+
+    ``a`` and ``b`` minimise the (weighted) binary cross-entropy, by Newton's
+    method to float64 precision. By default the targets are the 0/1 labels
+    (the maximum-likelihood logistic fit); ``target_smoothing=True`` uses
+    Platt's targets ``(N+ + 1) / (N+ + 2)`` and ``1 / (N- + 2)``, which is
+    what scikit-learn's sigmoid calibration fits (it then agrees with
+    ``CalibratedClassifierCV(method="sigmoid")`` on the same scores up to
+    that estimator's optimiser tolerance).
+
+    Parameters
+    ----------
+    target_smoothing : bool, default=False
+        Fit Platt's smoothed targets instead of the 0/1 labels.
+    max_iter : int, default=100
+        Maximum Newton steps per map; separable data (no finite optimum)
+        stops here with a :class:`ConvergenceWarning`.
+    input : {"logits", "probs"}, default="logits"
+        ``"probs"``: ``X`` holds probabilities (1-D: of the positive class).
+    classes : array-like of shape (K,), default=None
+        Label of each column of ``X`` (default ``0..K-1``).
+    backbone : model, BackboneAdapter or str, default=None
+        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
+    batch_size : int, default=256
+        Backbone batch size.
+    device : str or torch.device, default="auto"
+        Backbone device.
+    mixed_precision : bool, default=False
+        Backbone autocast on CUDA.
+    memory : joblib.Memory, str or path, default=None
+        Cache of the backbone outputs.
+    verbose : int, default=0
+        Progress output of the backbone pass.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (m,)
+        The slopes ``a``, one per map (``m = 1`` for two classes, else ``K``).
+    intercept_ : ndarray of shape (m,)
+        The intercepts ``b``.
+    n_iter_ : int
+        Most Newton steps taken by a map.
+    classes_ : ndarray of shape (K,)
+        Label of each column.
+    n_features_in_ : int
+        Number of columns of ``X`` (1 for 1-D binary scores).
+
+    See Also
+    --------
+    BetaCalibration : a richer binary map on log-probabilities.
+    TemperatureScaling : one multiclass parameter.
+
+    Notes
+    -----
+    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
+    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
+    class ``classes_[1]`` (with ``input="probs"``: its probability).
+    ``decision_function`` returns the log of the calibrated probabilities.
+    The ``check_estimator`` checks waived by design are those of every
+    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators import PlattScaling
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 2, size=1000)
+    >>> scores = 4.0 * (2 * y - 1 + rng.normal(size=1000))  # overconfident log-odds
+    >>> platt = PlattScaling().fit(scores, y)
+    >>> round(float(platt.coef_[0]), 3), round(float(platt.intercept_[0]), 3)
+    (0.561, 0.086)
+    >>> platt.predict_proba(np.array([0.0, 4.0])).round(3)
+    array([[0.479, 0.521],
+           [0.089, 0.911]])
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "target_smoothing": ["boolean"],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        target_smoothing: bool = False,
+        *,
+        max_iter: int = 100,
+        input: str = "logits",
+        classes=None,
+        backbone=None,
+        batch_size: int = 256,
+        device="auto",
+        mixed_precision: bool = False,
+        memory=None,
+        verbose: int = 0,
+    ):
+        self.target_smoothing = target_smoothing
+        self.max_iter = max_iter
+        self.input = input
+        self.classes = classes
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.device = device
+        self.mixed_precision = mixed_precision
+        self.memory = memory
+        self.verbose = verbose
+
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        raw_weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
+        weights = raw_weights / raw_weights.sum()
+        n_maps = scores.shape[1]
+        self.coef_ = np.empty(n_maps)
+        self.intercept_ = np.empty(n_maps)
+        self.n_iter_ = 0
+        not_converged = []
+        for column in range(n_maps):
+            target = targets[:, column]
+            if self.target_smoothing:
+                target = _smoothed_targets(target, raw_weights)
+            fit = fit_logistic(
+                scores[:, column : column + 1], target, weights, max_iter=self.max_iter
+            )
+            self.coef_[column] = fit.coef[0]
+            self.intercept_[column] = fit.intercept
+            self.n_iter_ = max(self.n_iter_, fit.n_iter)
+            if not fit.converged:
+                not_converged.append(column)
+        if not_converged:
+            warnings.warn(
+                f"PlattScaling: the logistic fit of map(s) {not_converged[:10]} did not converge "
+                f"in max_iter={self.max_iter} Newton steps (the scores separate the classes, so "
+                "the slope grows without bound); use target_smoothing=True",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+
+    def _apply_maps(self, scores) -> np.ndarray:
+        return expit(scores * self.coef_ + self.intercept_)

@@ -1,0 +1,288 @@
+"""Calibrate a scikit-learn classifier with any reliacal calibrator, prefit or cross-fitted."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import check_cv
+from sklearn.utils import _safe_indexing, get_tags
+from sklearn.utils._param_validation import HasMethods, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    column_or_1d,
+    has_fit_parameter,
+    indexable,
+)
+
+from ._validation import encode_labels
+
+__all__ = ["CalibratedClassifier", "classifier_logits"]
+
+_TINY = np.finfo(np.float64).tiny
+
+# method name -> (calibrator class name, parameters)
+_METHODS = {
+    "temperature": ("TemperatureScaling", {}),
+    "vector": ("VectorScaling", {}),
+    "matrix": ("MatrixScaling", {}),
+    "platt": ("PlattScaling", {}),
+    "sigmoid": ("PlattScaling", {"target_smoothing": True}),
+    "isotonic": ("IsotonicCalibration", {}),
+    "beta": ("BetaCalibration", {}),
+    "histogram": ("HistogramBinning", {}),
+    "ets": ("EnsembleTemperatureScaling", {}),
+}
+
+
+def classifier_logits(estimator, X) -> np.ndarray:
+    """Logits ``(n, K)`` of a fitted scikit-learn classifier.
+
+    ``decision_function`` when the classifier has one (a 1-D binary score
+    ``d`` becomes the columns ``[0, d]``), else ``log(max(p, tiny))`` of
+    ``predict_proba``, ``tiny`` the smallest normal float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])
+    >>> model = LogisticRegression().fit(X, y)
+    >>> logits = classifier_logits(model, X)
+    >>> logits.shape, bool(np.allclose(logits[:, 1], model.decision_function(X)))
+    ((4, 2), True)
+    """
+    if hasattr(estimator, "decision_function"):
+        scores = np.asarray(estimator.decision_function(X), dtype=np.float64)
+        if scores.ndim == 1:
+            return np.column_stack([np.zeros_like(scores), scores])
+        return scores
+    if hasattr(estimator, "predict_proba"):
+        probabilities = np.asarray(estimator.predict_proba(X), dtype=np.float64)
+        return np.log(np.maximum(probabilities, _TINY))
+    raise ValueError(
+        f"{type(estimator).__name__} has neither decision_function nor predict_proba: "
+        "its logits cannot be read"
+    )
+
+
+def _calibrator(method):
+    if isinstance(method, str):
+        from . import calibrators
+
+        name, parameters = _METHODS[method]
+        return getattr(calibrators, name)(**parameters)
+    return clone(method)
+
+
+def _fit_estimator(estimator, X, y, sample_weight):
+    if sample_weight is not None and has_fit_parameter(estimator, "sample_weight"):
+        return estimator.fit(X, y, sample_weight=sample_weight)
+    return estimator.fit(X, y)
+
+
+def _subset(values, indices):
+    return None if values is None else _safe_indexing(values, indices)
+
+
+class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+    """A scikit-learn classifier calibrated by a reliacal calibrator on its logits.
+
+    The classifier's logits (its ``decision_function``, or the log of its
+    ``predict_proba``; see :func:`classifier_logits`) are calibrated by
+    ``method``. Mirrors scikit-learn's ``CalibratedClassifierCV``:
+
+    - ``cv="prefit"``, or ``estimator`` a ``sklearn.frozen.FrozenEstimator``:
+      the classifier is used as fitted, and the calibrator is fitted on the
+      data given to ``fit`` (which must not be the classifier's training data);
+    - otherwise ``cv`` splits the data (an int: stratified k-fold, default 5):
+      with ``ensemble=True`` a clone of the classifier is fitted on each
+      training part and a calibrator on its held-out part, and the
+      probabilities are the mean over the folds; with ``ensemble=False`` the
+      out-of-fold logits of all folds fit one calibrator, and the classifier
+      is refitted on all the data. Given the same splits, the classifier and
+      calibrator fits are those of ``CalibratedClassifierCV``.
+
+    Parameters
+    ----------
+    estimator : classifier
+        A scikit-learn classifier with ``decision_function`` or
+        ``predict_proba`` (fitted when ``cv="prefit"``).
+    method : str or calibrator, default="temperature"
+        A reliacal calibrator (cloned for each fit), or one of
+        ``"temperature"``, ``"vector"``, ``"matrix"``, ``"platt"`` (maximum
+        likelihood), ``"sigmoid"`` (Platt with scikit-learn's smoothed
+        targets), ``"isotonic"``, ``"beta"``, ``"histogram"``, ``"ets"``.
+    cv : int, cross-validation generator, iterable or "prefit", default=None
+        How the calibration data is split off (None: 5-fold stratified).
+    ensemble : bool or "auto", default="auto"
+        Average one (classifier, calibrator) pair per fold (True) or refit
+        one classifier on all the data (False); "auto" is True unless the
+        classifier is prefit or frozen.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (K,)
+        The class labels.
+    calibrated_classifiers_ : list of (classifier, calibrator) tuples
+        One pair per fold (``ensemble=True``), else a single pair.
+    n_features_in_ : int
+        Number of features of ``X`` (when the classifier records it).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.ensemble import HistGradientBoostingClassifier
+    >>> from reliacal import CalibratedClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = CalibratedClassifier(
+    ...     HistGradientBoostingClassifier(max_iter=20), method="isotonic", cv=3
+    ... ).fit(X, y)
+    >>> len(model.calibrated_classifiers_), model.predict_proba(X[:2]).shape
+    (3, (2, 2))
+    """
+
+    _parameter_constraints: dict = {
+        "estimator": [HasMethods(["fit"])],
+        "method": [StrOptions(set(_METHODS)), HasMethods(["fit", "predict_proba"])],
+        "cv": ["cv_object", StrOptions({"prefit"})],
+        "ensemble": ["boolean", StrOptions({"auto"})],
+    }
+
+    def __init__(self, estimator, *, method="temperature", cv=None, ensemble="auto"):
+        self.estimator = estimator
+        self.method = method
+        self.cv = cv
+        self.ensemble = ensemble
+
+    def _prefit(self) -> bool:
+        return self.cv == "prefit" or isinstance(self.estimator, FrozenEstimator)
+
+    def _fit_calibrator(self, estimator, X, y_index, sample_weight):
+        calibrator = _calibrator(self.method)
+        calibrator.fit(classifier_logits(estimator, X), y_index, sample_weight=sample_weight)
+        return calibrator
+
+    def _check_columns(self, estimator, where: str) -> None:
+        fitted_classes = np.asarray(estimator.classes_)
+        if fitted_classes.shape != self.classes_.shape or np.any(fitted_classes != self.classes_):
+            raise ValueError(
+                f"the classifier fitted {where} knows the classes {fitted_classes.tolist()}, "
+                f"but y holds {self.classes_.tolist()}: every class needs samples in every "
+                "training part (use fewer folds or a stratified split)"
+            )
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the classifier (unless prefit) and the calibrator.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The classifier's input.
+        y : array-like of shape (n_samples,)
+            Labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Passed to the calibrator, and to the classifier's ``fit`` when it
+            accepts them.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X, y = indexable(X, y)
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, y, ensure_non_negative=True)
+        if self._prefit():
+            estimator = self.estimator
+            check_is_fitted(estimator, "classes_")
+            self.classes_ = np.asarray(estimator.classes_)
+            pairs = [(estimator, self._fit_calibrator(estimator, X, self._index(y), sample_weight))]
+        else:
+            self.classes_ = np.unique(y)
+            y_index = self._index(y)
+            splits = list(check_cv(self.cv, y, classifier=True).split(X, y))
+            ensemble = True if self.ensemble == "auto" else self.ensemble
+            pairs = (
+                self._fit_ensemble(X, y, y_index, sample_weight, splits)
+                if ensemble
+                else self._fit_single(X, y, y_index, sample_weight, splits)
+            )
+        self.calibrated_classifiers_ = pairs
+        if hasattr(pairs[0][0], "n_features_in_"):
+            self.n_features_in_ = pairs[0][0].n_features_in_
+        return self
+
+    def _index(self, y) -> np.ndarray:
+        return encode_labels(y, self.classes_)
+
+    def _fit_ensemble(self, X, y, y_index, sample_weight, splits):
+        pairs = []
+        for train, test in splits:
+            estimator = _fit_estimator(
+                clone(self.estimator), _subset(X, train), y[train], _subset(sample_weight, train)
+            )
+            self._check_columns(estimator, "on a training part")
+            calibrator = self._fit_calibrator(
+                estimator, _subset(X, test), y_index[test], _subset(sample_weight, test)
+            )
+            pairs.append((estimator, calibrator))
+        return pairs
+
+    def _fit_single(self, X, y, y_index, sample_weight, splits):
+        logits = None
+        for train, test in splits:
+            estimator = _fit_estimator(
+                clone(self.estimator), _subset(X, train), y[train], _subset(sample_weight, train)
+            )
+            self._check_columns(estimator, "on a training part")
+            fold_logits = classifier_logits(estimator, _subset(X, test))
+            if logits is None:
+                logits = np.empty((len(y), fold_logits.shape[1]))
+            logits[test] = fold_logits
+        calibrator = _calibrator(self.method).fit(logits, y_index, sample_weight=sample_weight)
+        estimator = _fit_estimator(clone(self.estimator), X, y, sample_weight)
+        return [(estimator, calibrator)]
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Calibrated probabilities, the mean over the (classifier, calibrator) pairs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            Column ``j`` is the probability of ``classes_[j]``.
+        """
+        check_is_fitted(self, "calibrated_classifiers_")
+        total = None
+        for estimator, calibrator in self.calibrated_classifiers_:
+            proba = calibrator.predict_proba(classifier_logits(estimator, X))
+            total = proba if total is None else total + proba
+        return total / len(self.calibrated_classifiers_)
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class of each sample.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self, "calibrated_classifiers_")
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Sparse input is fine exactly when the wrapped classifier takes it.
+        tags.input_tags.sparse = get_tags(self.estimator).input_tags.sparse
+        return tags

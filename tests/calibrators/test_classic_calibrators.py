@@ -1,0 +1,414 @@
+"""The classic calibrators (Platt, isotonic, beta, histogram binning, ETS) against oracles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize, minimize_scalar
+from scipy.special import expit, log_softmax, softmax
+from sklearn.base import clone
+from sklearn.calibration import CalibratedClassifierCV, _sigmoid_calibration
+from sklearn.frozen import FrozenEstimator
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from reliacal.calibrators import (
+    BetaCalibration,
+    ConvergenceWarning,
+    EnsembleTemperatureScaling,
+    HistogramBinning,
+    IsotonicCalibration,
+    PlattScaling,
+)
+
+CLASSIC = [
+    PlattScaling(),
+    IsotonicCalibration(),
+    BetaCalibration(),
+    HistogramBinning(),
+    HistogramBinning(mode="top-label"),
+    EnsembleTemperatureScaling(),
+]
+_TINY = np.finfo(np.float64).tiny
+_LOG_TINY = float(np.log(1 / _TINY))
+
+
+def _ids(estimators):
+    return [f"{type(e).__name__}-{getattr(e, 'mode', '')}".rstrip("-") for e in estimators]
+
+
+@parametrize_with_checks(CLASSIC, expected_failed_checks=lambda e: e._expected_failed_checks())
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+# ------------------------------------------------------------------------------------
+# Oracles, written independently of the package.
+
+
+def _one_vs_rest(probabilities):
+    """log p_k - log(sum_{j != k} p_j), each complement summed directly."""
+    p = np.maximum(probabilities.astype(np.float64), _TINY)
+    n_classes = p.shape[1]
+    others = np.column_stack(
+        [p[:, np.arange(n_classes) != k].sum(axis=1) for k in range(n_classes)]
+    )
+    return np.clip(np.log(p) - np.log(others), -_LOG_TINY, _LOG_TINY)
+
+
+def _normalised(columns):
+    totals = columns.sum(axis=1, keepdims=True)
+    uniform = np.full_like(columns, 1.0 / columns.shape[1])
+    return np.where(totals > 0, columns / np.where(totals > 0, totals, 1.0), uniform)
+
+
+def _logistic_oracle(features, targets, bounds=None):
+    """Direct likelihood fit of sigmoid(features @ coef + intercept) by L-BFGS-B."""
+    design = np.column_stack([features, np.ones(len(targets))])
+
+    def loss(theta):
+        eta = design @ theta
+        value = np.mean(np.logaddexp(0.0, eta) - targets * eta)
+        return value, design.T @ (expit(eta) - targets) / len(targets)
+
+    result = minimize(
+        loss,
+        np.zeros(design.shape[1]),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"gtol": 1e-12, "ftol": 1e-16, "maxiter": 10000},
+    )
+    return result.x
+
+
+def _checked_classes(n_classes):
+    """All classes of CIFAR-10; every tenth of CIFAR-100 (the oracle fits are slow)."""
+    return np.arange(0, n_classes, max(1, n_classes // 10))
+
+
+def _assert_maps_equal(calibrator, oracle_columns, maps, test_p, n_classes):
+    """The full predict_proba when every class has an oracle, else each checked map."""
+    if len(oracle_columns) == n_classes:
+        expected = _normalised(np.column_stack(oracle_columns))
+        np.testing.assert_allclose(calibrator.predict_proba(test_p), expected, atol=1e-6)
+    else:
+        np.testing.assert_allclose(
+            np.column_stack(maps), np.column_stack(oracle_columns), atol=1e-6
+        )
+
+
+@pytest.fixture
+def record_halves(cifar_record):
+    """Each CIFAR record: the first half to fit on, its labels, the second half to predict."""
+    _, probabilities, labels = cifar_record
+    half = len(labels) // 2
+    return probabilities[:half], labels[:half], probabilities[half:]
+
+
+# ------------------------------------------------------------------------------------
+# Each calibrator equals its oracle to 1e-6 on the four CIFAR records.
+
+
+def test_platt_equals_a_direct_likelihood_fit_on_cifar(record_halves):
+    fit_p, fit_y, test_p = record_halves
+    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
+    platt = PlattScaling(input="probs").fit(fit_p, fit_y)
+    columns, maps = [], []
+    for k in _checked_classes(fit_p.shape[1]):
+        slope, intercept = _logistic_oracle(fit_s[:, [k]], (fit_y == k).astype(float))
+        columns.append(expit(slope * test_s[:, k] + intercept))
+        maps.append(expit(platt.coef_[k] * test_s[:, k] + platt.intercept_[k]))
+    _assert_maps_equal(platt, columns, maps, test_p, fit_p.shape[1])
+
+
+def test_platt_with_target_smoothing_equals_sklearn_sigmoid_on_cifar(record_halves):
+    fit_p, fit_y, test_p = record_halves
+    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
+    platt = PlattScaling(input="probs", target_smoothing=True).fit(fit_p, fit_y)
+    columns, maps = [], []
+    for k in _checked_classes(fit_p.shape[1]):
+        # sklearn's sign convention: p = 1 / (1 + exp(a s + b)).
+        a, b = _sigmoid_calibration(fit_s[:, k], (fit_y == k).astype(float))
+        columns.append(expit(-(a * test_s[:, k] + b)))
+        maps.append(expit(platt.coef_[k] * test_s[:, k] + platt.intercept_[k]))
+    _assert_maps_equal(platt, columns, maps, test_p, fit_p.shape[1])
+
+
+def test_isotonic_equals_sklearn_isotonic_regression_on_cifar(record_halves):
+    fit_p, fit_y, test_p = record_halves
+    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
+    columns = [
+        IsotonicRegression(out_of_bounds="clip").fit(fit_s[:, k], fit_y == k).predict(test_s[:, k])
+        for k in range(fit_p.shape[1])
+    ]
+    calibrated = IsotonicCalibration(input="probs").fit(fit_p, fit_y).predict_proba(test_p)
+    np.testing.assert_allclose(calibrated, _normalised(np.column_stack(columns)), atol=1e-6)
+
+
+def test_beta_equals_a_bounded_likelihood_fit_on_cifar(record_halves):
+    fit_p, fit_y, test_p = record_halves
+    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
+    beta = BetaCalibration(input="probs").fit(fit_p, fit_y)
+    columns, maps = [], []
+    for k in _checked_classes(fit_p.shape[1]):
+        # [ln p, -ln(1 - p)] of the one-vs-rest probability, with a, b >= 0.
+        features = np.column_stack([-np.logaddexp(0, -fit_s[:, k]), np.logaddexp(0, fit_s[:, k])])
+        a, b, c = _logistic_oracle(
+            features, (fit_y == k).astype(float), bounds=[(0, None), (0, None), (None, None)]
+        )
+        log_p, minus_log_q = -np.logaddexp(0, -test_s[:, k]), np.logaddexp(0, test_s[:, k])
+        columns.append(expit(a * log_p + b * minus_log_q + c))
+        (a, b), c = beta.coef_[k], beta.intercept_[k]
+        maps.append(expit(a * log_p + b * minus_log_q + c))
+    _assert_maps_equal(beta, columns, maps, test_p, fit_p.shape[1])
+
+
+def test_ets_equals_a_direct_likelihood_fit_on_cifar(record_halves):
+    fit_p, fit_y, test_p = record_halves
+    fit_z = np.log(np.maximum(fit_p.astype(np.float64), _TINY))
+    test_z = np.log(np.maximum(test_p.astype(np.float64), _TINY))
+    rows = np.arange(len(fit_y))
+
+    def ts_nll(log_t):
+        return -np.mean(log_softmax(fit_z / np.exp(log_t), axis=1)[rows, fit_y])
+
+    temperature = np.exp(
+        minimize_scalar(ts_nll, bounds=(-5, 5), method="bounded", options={"xatol": 1e-10}).x
+    )
+    components = np.column_stack(
+        [
+            softmax(fit_z / temperature, axis=1)[rows, fit_y],
+            softmax(fit_z, axis=1)[rows, fit_y],
+            np.full(len(fit_y), 1.0 / fit_p.shape[1]),
+        ]
+    )
+    weights = minimize(
+        lambda w: -np.mean(np.log(components @ w)),
+        np.full(3, 1 / 3),
+        method="SLSQP",
+        bounds=[(0, 1)] * 3,
+        constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1}],
+        options={"ftol": 1e-15, "maxiter": 1000},
+    ).x
+    expected = (
+        weights[0] * softmax(test_z / temperature, axis=1)
+        + weights[1] * softmax(test_z, axis=1)
+        + weights[2] / fit_p.shape[1]
+    )
+    ets = EnsembleTemperatureScaling(input="probs").fit(fit_p, fit_y)
+    assert ets.temperature_ == pytest.approx(temperature, rel=1e-6)
+    assert ets.weights_.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.all(ets.weights_ >= 0)
+    np.testing.assert_allclose(ets.predict_proba(test_p), expected, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------
+# Binary problems: side by side with scikit-learn's CalibratedClassifierCV.
+
+
+def _binary_problem(seed=0, n=2000):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    y = (X @ [1.5, -1.0, 0.5, 0.0] + rng.logistic(size=n) > 0).astype(int)
+    model = LogisticRegression().fit(X[: n // 2], y[: n // 2])
+    return model, X[n // 2 :], y[n // 2 :]
+
+
+@pytest.mark.parametrize(
+    ("method", "calibrator"),
+    [
+        ("sigmoid", PlattScaling(target_smoothing=True)),
+        ("isotonic", IsotonicCalibration()),
+    ],
+    ids=["sigmoid", "isotonic"],
+)
+def test_binary_scores_match_calibrated_classifier_cv(method, calibrator):
+    model, X, y = _binary_problem()
+    half = len(y) // 2
+    reference = CalibratedClassifierCV(FrozenEstimator(model), method=method)
+    reference.fit(X[:half], y[:half])
+    scores = model.decision_function(X)
+    ours = clone(calibrator).fit(scores[:half], y[:half])
+    np.testing.assert_allclose(
+        ours.predict_proba(scores[half:]), reference.predict_proba(X[half:]), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
+def test_one_dimensional_scores_are_the_positive_class_logit(estimator):
+    model, X, y = _binary_problem(seed=1)
+    scores = model.decision_function(X)
+    probabilities = expit(scores)
+    as_columns = clone(estimator).fit(np.column_stack([np.zeros_like(scores), scores]), y)
+    as_scores = clone(estimator).fit(scores, y)
+    as_probabilities = clone(estimator).set_params(input="probs").fit(probabilities, y)
+    expected = as_columns.predict_proba(np.column_stack([np.zeros_like(scores), scores]))
+    assert as_scores.n_features_in_ == 1
+    np.testing.assert_allclose(as_scores.predict_proba(scores), expected, atol=1e-12)
+    np.testing.assert_allclose(as_probabilities.predict_proba(probabilities), expected, atol=1e-9)
+    np.testing.assert_array_equal(as_scores.predict(scores), as_scores.classes_[expected.argmax(1)])
+    with pytest.raises(ValueError, match="X has 2 features, but .* is expecting 1"):
+        as_scores.predict_proba(np.column_stack([scores, scores]))
+    with pytest.raises(ValueError, match="Reshape your data"):
+        as_columns.predict_proba(scores)
+
+
+@pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
+def test_bad_inputs_raise_clear_errors(estimator):
+    scores = np.linspace(-3, 3, 40)
+    y = (scores > 0).astype(int)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        clone(estimator).fit(np.where(y == 1, np.nan, scores), y)
+    with pytest.raises(ValueError, match=r"labels \[2\] are not column indices"):
+        clone(estimator).fit(scores, np.where(scores > 2, 2, y))
+    with pytest.raises(ValueError, match="does not hold probabilities"):
+        clone(estimator).set_params(input="probs").fit(scores, y)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        clone(estimator).fit(scores, y[:-1])
+    with pytest.raises(ValueError, match="0 sample"):
+        clone(estimator).fit(np.empty(0), np.empty(0, dtype=int))
+
+
+def test_invalid_parameters_are_named():
+    scores, y = np.linspace(-3, 3, 40), (np.linspace(-3, 3, 40) > 0).astype(int)
+    with pytest.raises(ValueError, match="'n_bins' parameter"):
+        HistogramBinning(n_bins=0).fit(scores, y)
+    with pytest.raises(ValueError, match="'mode' parameter"):
+        HistogramBinning(mode="confidence").fit(scores, y)
+    with pytest.raises(ValueError, match="'target_smoothing' parameter"):
+        PlattScaling(target_smoothing="yes").fit(scores, y)
+
+
+# ------------------------------------------------------------------------------------
+# Hand-computed cases.
+
+
+def test_histogram_binning_classwise_equals_sorted_equal_mass_groups():
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=1200)
+    y = (rng.uniform(size=1200) < expit(2 * scores)).astype(int)
+    calibrator = HistogramBinning(n_bins=12).fit(scores, y)
+    order = np.argsort(scores)
+    group_means = y[order].reshape(12, 100).mean(axis=1)
+    np.testing.assert_allclose(calibrator.values_[0], group_means, atol=1e-15)
+    # Every calibration sample gets its own group's frequency.
+    expected = np.empty(1200)
+    expected[order] = np.repeat(group_means, 100)
+    np.testing.assert_allclose(calibrator.predict_proba(scores)[:, 1], expected, atol=1e-15)
+
+
+def test_histogram_binning_top_label_bins_the_confidence():
+    # Three classes; confidence order is set by the top logit. Two bins of 3 samples.
+    logits = np.array(
+        [
+            [5.0, 0.0, 0.0],
+            [0.0, 4.0, 0.0],
+            [0.0, 0.0, 3.0],
+            [1.0, 0.0, 0.0],
+            [0.0, 0.8, 0.0],
+            [0.0, 0.0, 0.6],
+        ]
+    )
+    y = np.array([0, 1, 0, 0, 2, 2])  # high-confidence bin: 2/3 correct; low: 2/3 correct
+    y[4] = 1  # low bin: 3/3 correct
+    calibrator = HistogramBinning(n_bins=2, mode="top-label").fit(logits, y)
+    proba = calibrator.predict_proba(logits)
+    np.testing.assert_allclose(proba[[0, 1, 2], [0, 1, 2]], 2 / 3)
+    np.testing.assert_allclose(proba[[3, 4, 5], [0, 1, 2]], 1.0)
+    # The other two classes share the rest equally (their logits are equal).
+    np.testing.assert_allclose(proba[0, 1:], 1 / 6)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+def test_isotonic_rows_of_zeros_become_uniform():
+    # Class 2 never occurs: its map is 0 everywhere; a row where the other maps are 0 too
+    # (below every calibration score of classes 0 and 1) becomes uniform.
+    logits = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [3.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    calibrator = IsotonicCalibration().fit(logits, [0, 1, 0, 1])
+    proba = calibrator.predict_proba(np.array([[0.0, 0.0, 5.0], [3.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(proba[0], 1 / 3)
+    np.testing.assert_allclose(proba[1], [1.0, 0.0, 0.0])
+
+
+def test_beta_keeps_a_and_b_non_negative_only_when_monotonic():
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0.02, 0.98, size=3000)
+    # Label frequency falls as p rises near 1: the free fit wants b < 0.
+    truth = expit(3 * np.log(p) + 2 * np.log1p(-p) + 1)
+    y = (rng.uniform(size=3000) < truth).astype(int)
+    free = BetaCalibration(monotonic=False, input="probs").fit(p, y)
+    bounded = BetaCalibration(input="probs").fit(p, y)
+    assert free.coef_[0, 1] < 0
+    assert bounded.coef_[0, 1] == 0.0 and bounded.coef_[0, 0] > 0
+    features = np.column_stack([np.log(p), -np.log1p(-p)])
+    oracle = LogisticRegression(C=np.inf, tol=1e-12, max_iter=1000).fit(features, y)
+    np.testing.assert_allclose(free.coef_[0], oracle.coef_[0], rtol=1e-5)
+    oracle_a = LogisticRegression(C=np.inf, tol=1e-12, max_iter=1000).fit(features[:, :1], y)
+    np.testing.assert_allclose(bounded.coef_[0, 0], oracle_a.coef_[0, 0], rtol=1e-5)
+
+
+def test_platt_warns_when_the_scores_separate_the_classes():
+    scores = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
+    y = (scores > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match="separate the classes"):
+        PlattScaling(max_iter=5).fit(scores, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        smoothed = PlattScaling(target_smoothing=True).fit(scores, y)
+    assert np.isfinite(smoothed.coef_[0])
+
+
+@pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
+def test_integer_sample_weights_equal_repeated_samples(estimator):
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 3, size=300)
+    logits = 2.0 * (np.eye(3)[y] + rng.normal(size=(300, 3)))
+    counts = rng.integers(0, 4, size=300)
+    weighted = clone(estimator).fit(logits, y, sample_weight=counts)
+    repeated = clone(estimator).fit(np.repeat(logits, counts, axis=0), np.repeat(y, counts))
+    np.testing.assert_allclose(
+        weighted.predict_proba(logits), repeated.predict_proba(logits), atol=1e-7
+    )
+
+
+@pytest.mark.parametrize(
+    ("estimator", "grid"),
+    [
+        (HistogramBinning(), {"n_bins": [2, 10, 30], "mode": ["classwise", "top-label"]}),
+        (PlattScaling(), {"target_smoothing": [False, True]}),
+        (BetaCalibration(), {"monotonic": [False, True]}),
+    ],
+    ids=["HistogramBinning", "PlattScaling", "BetaCalibration"],
+)
+def test_grid_search_tunes_the_parameters(estimator, grid):
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 3, size=900)
+    logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(900, 3)))
+    search = GridSearchCV(estimator, grid, scoring="neg_log_loss", cv=3).fit(logits, y)
+    assert set(search.best_params_) == set(grid)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+
+
+def test_the_classic_calibrators_do_not_import_torch():
+    # The package __init__ is bypassed, so only the calibrator modules themselves count.
+    code = """
+import importlib.util, sys, types
+import reliacal
+package = types.ModuleType("reliacal.calibrators")
+package.__path__ = [reliacal.__path__[0] + "/calibrators"]
+sys.modules["reliacal.calibrators"] = package
+for name in ("platt", "isotonic", "beta", "binning", "ensemble"):
+    importlib.import_module("reliacal.calibrators." + name)
+print("torch" in sys.modules)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
