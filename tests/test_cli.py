@@ -173,8 +173,8 @@ def bad_files(tmp_path, load_record):
     ]
 
 
-def test_user_mistakes_give_one_line_and_status_1(capsys, tmp_path):
-    for arguments, fragments in bad_files(tmp_path):
+def test_user_mistakes_give_one_line_and_status_1(capsys, tmp_path, load_record):
+    for arguments, fragments in bad_files(tmp_path, load_record):
         status, out, err = run(capsys, *arguments)
         assert_one_line_error(status, out, err, *fragments)
         assert "pickle" not in err[-1] and "Errno" not in err[-1], err[-1]
