@@ -130,7 +130,7 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     Returns
     -------
     Path
-        ``path``.
+        ``path``, now holding what ``write`` wrote.
 
     Examples
     --------

@@ -10,11 +10,15 @@ estimators) reuse it.
 
 Subclass hooks
 --------------
-A calibrator subclasses ``BaseCalibrator``, lists its own parameters *and*
-the base parameters (``input``, ``classes``, ``backbone``, ``batch_size``,
-``device``, ``mixed_precision``, ``memory``, ``verbose``) explicitly in
-``__init__`` (scikit-learn's ``get_params`` reads the signature), merges
-``BaseCalibrator._parameter_constraints`` into its own, and implements:
+A calibrator subclasses ``BaseCalibrator``, lists its own parameters in
+``__init__`` followed by ``**base_params``, which it passes to
+``super().__init__`` (the base parameters ``input``, ``classes``,
+``backbone``, ``batch_size``, ``device``, ``mixed_precision``, ``memory``,
+``verbose``; the subclass's ``__init__`` is given the full signature, which
+scikit-learn's ``get_params`` reads, see :mod:`._parameters`), writes a line
+``{base_parameters}`` in its docstring's Parameters section for their
+documentation, merges ``BaseCalibrator._parameter_constraints`` into its own,
+and implements:
 
 ``_fit_core(self, features, logits, y_index, sample_weight) -> None``
     Learn the map and set fitted attributes (names ending in ``_``).
@@ -72,9 +76,21 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from .._docstrings import shared_doc
 from .._validation import check_logits, check_probabilities, encode_labels
+from ._parameters import spell_out_init_signature, with_base_parameters_doc
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
+
+
+# The section shared by the methods that read the input of a fitted calibrator.
+_METHOD_DOCS = {
+    "fitted_input": """\
+Parameters
+----------
+X : array-like of shape (n_samples, K), Dataset or DataLoader
+    Input in the form given to ``fit``."""
+}
 
 
 class ConvergenceWarning(_SklearnConvergenceWarning):
@@ -398,8 +414,34 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
     the live estimator is left where it is.
     """
 
+    def __init__(
+        self,
+        *,
+        input: str = "logits",
+        classes=None,
+        backbone=None,
+        batch_size: int = 256,
+        device="auto",
+        mixed_precision: bool = False,
+        memory=None,
+        verbose: int = 0,
+    ):
+        self.input = input
+        self.classes = classes
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.device = device
+        self.mixed_precision = mixed_precision
+        self.memory = memory
+        self.verbose = verbose
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # A subclass __init__ taking **base_params shows the base parameters by name
+        # (scikit-learn's get_params and clone read the signature).
+        spell_out_init_signature(cls, BaseCalibrator.__init__)
+        if cls.__doc__:
+            cls.__doc__ = with_base_parameters_doc(cls.__doc__)
         # Public calibrators document their waived checks from the one source of them:
         # those of the default configuration (a parameter may waive more, e.g.
         # HistogramBinning(mode="top-label"); its docstring says so).
@@ -558,13 +600,11 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         self._fit_core(features, logits, y_index, sample_weight)
         return self
 
+    @shared_doc(_METHOD_DOCS)
     def decision_function(self, X: Any) -> np.ndarray:
         """Return the calibrated logits (float64, shape (n_samples, K)).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {fitted_input}
 
         Returns
         -------
@@ -574,13 +614,11 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         features, logits, _ = self._transform_inputs(X)
         return np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
 
+    @shared_doc(_METHOD_DOCS)
     def predict_proba(self, X: Any) -> np.ndarray:
         """Return calibrated probabilities (float64, rows summing to 1).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {fitted_input}
 
         Returns
         -------
@@ -589,13 +627,11 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         """
         return softmax(self.decision_function(X), axis=1)
 
+    @shared_doc(_METHOD_DOCS)
     def predict_log_proba(self, X: Any) -> np.ndarray:
         """Return the log of the calibrated probabilities.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {fitted_input}
 
         Returns
         -------

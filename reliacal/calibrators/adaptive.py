@@ -588,14 +588,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         n_members: int = 1,
         loss="elbo",
         random_state=None,
-        input: str = "logits",
-        classes=None,
-        backbone=None,
         batch_size: int = 128,
-        device="auto",
-        mixed_precision: bool = False,
-        memory=None,
-        verbose: int = 0,
+        **base_params,
     ):
         self.n_logits = n_logits
         self.latent_dim = latent_dim
@@ -612,14 +606,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         self.n_members = n_members
         self.loss = loss
         self.random_state = random_state
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(batch_size=batch_size, **base_params)
 
     # ------------------------------------------------------------ base hooks
     def _split_columns(self, X: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:

@@ -179,24 +179,7 @@ class VectorScaling(_LogitScaling):
         Maximum L-BFGS iterations.
     tol : float, default=1e-6
         L-BFGS tolerance on the largest gradient component (``gtol``).
-    input : {"logits", "probs"}, default="logits"
-        ``"probs"``: ``X`` holds probabilities; their logs are scaled.
-    classes : array-like of shape (K,), default=None
-        Label of each column of ``X`` (default ``0..K-1``).
-    backbone : model, BackboneAdapter or str, default=None
-        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
-    batch_size : int, default=256
-        Backbone batch size.
-    device : str or torch.device, default="auto"
-        Backbone device.
-    mixed_precision : bool, default=False
-        Backbone autocast on CUDA.
-    memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs. The cache is read back with pickle,
-        which can run code: give only a folder that you trust and that no one
-        else can write to.
-    verbose : int, default=0
-        Progress output of the backbone pass.
+    {base_parameters}
 
     Attributes
     ----------
@@ -206,10 +189,7 @@ class VectorScaling(_LogitScaling):
         The biases ``b``.
     n_iter_ : int
         L-BFGS iterations.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (logits mode).
+    {base_attributes}
 
     See Also
     --------
@@ -235,26 +215,12 @@ class VectorScaling(_LogitScaling):
         *,
         max_iter: int = 1000,
         tol: float = 1e-6,
-        input: str = "logits",
-        classes=None,
-        backbone=None,
-        batch_size: int = 256,
-        device="auto",
-        mixed_precision: bool = False,
-        memory=None,
-        verbose: int = 0,
+        **base_params,
     ):
         self.reg_bias = reg_bias
         self.max_iter = max_iter
         self.tol = tol
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(**base_params)
 
     def _coef_shape(self, n_classes):
         return (n_classes,)
@@ -308,25 +274,7 @@ class MatrixScaling(_LogitScaling):
         fit holds about 250 bytes per parameter (L-BFGS keeps 25 vectors of
         them): 2.5 GB at the default, 25 GB for ``K = 10,000``. At most
         85,899,298: SciPy's L-BFGS-B cannot address more.
-    input : {"logits", "probs"}, default="logits"
-        ``"probs"``: ``X`` holds probabilities; the map acts on their logs
-        (Dirichlet calibration).
-    classes : array-like of shape (K,), default=None
-        Label of each column of ``X`` (default ``0..K-1``).
-    backbone : model, BackboneAdapter or str, default=None
-        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
-    batch_size : int, default=256
-        Backbone batch size.
-    device : str or torch.device, default="auto"
-        Backbone device.
-    mixed_precision : bool, default=False
-        Backbone autocast on CUDA.
-    memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs. The cache is read back with pickle,
-        which can run code: give only a folder that you trust and that no one
-        else can write to.
-    verbose : int, default=0
-        Progress output of the backbone pass.
+    {base_parameters}
 
     Attributes
     ----------
@@ -336,10 +284,7 @@ class MatrixScaling(_LogitScaling):
         The biases ``b``.
     n_iter_ : int
         L-BFGS iterations.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (logits mode).
+    {base_attributes}
 
     See Also
     --------
@@ -373,28 +318,14 @@ class MatrixScaling(_LogitScaling):
         max_iter: int = 1000,
         tol: float = 1e-6,
         max_parameters: int = 10_000_000,
-        input: str = "logits",
-        classes=None,
-        backbone=None,
-        batch_size: int = 256,
-        device="auto",
-        mixed_precision: bool = False,
-        memory=None,
-        verbose: int = 0,
+        **base_params,
     ):
         self.reg_off_diagonal = reg_off_diagonal
         self.reg_bias = reg_bias
         self.max_iter = max_iter
         self.tol = tol
         self.max_parameters = max_parameters
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(**base_params)
 
     def _check_fit_inputs(self, features, logits):
         n_samples, n_classes = logits.shape

@@ -490,24 +490,7 @@ class TemperatureScaling(BaseCalibrator):
         result lies within float64 rounding of the optimum.
     max_iter : int, default=100
         Maximum number of passes over the data.
-    input : {"logits", "probs"}, default="logits"
-        ``"probs"``: ``X`` holds probabilities; their logs are scaled.
-    classes : array-like of shape (K,), default=None
-        Label of each column of ``X`` (default ``0..K-1``).
-    backbone : model, BackboneAdapter or str, default=None
-        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
-    batch_size : int, default=256
-        Backbone batch size.
-    device : str or torch.device, default="auto"
-        Backbone device.
-    mixed_precision : bool, default=False
-        Backbone autocast on CUDA.
-    memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs. The cache is read back with pickle,
-        which can run code: give only a folder that you trust and that no one
-        else can write to.
-    verbose : int, default=0
-        Progress output of the backbone pass.
+    {base_parameters}
 
     Attributes
     ----------
@@ -516,10 +499,7 @@ class TemperatureScaling(BaseCalibrator):
     n_iter_ : int
         Passes over the data (grid points searched for ``objective="ece"``:
         100 or 200).
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (logits mode).
+    {base_attributes}
 
     See Also
     --------
@@ -553,26 +533,12 @@ class TemperatureScaling(BaseCalibrator):
         *,
         tol: float = 1e-6,
         max_iter: int = 100,
-        input: str = "logits",
-        classes=None,
-        backbone=None,
-        batch_size: int = 256,
-        device="auto",
-        mixed_precision: bool = False,
-        memory=None,
-        verbose: int = 0,
+        **base_params,
     ):
         self.objective = objective
         self.tol = tol
         self.max_iter = max_iter
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(**base_params)
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         if self.objective == "ece":

@@ -24,6 +24,7 @@ from reliacal._data import as_dataset, make_loader
 from reliacal._device import resolve_device, to_device
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
 from reliacal.calibrators import ClassLabelMixin
+from reliacal.calibrators._parameters import spell_out_init_signature
 from reliacal.training import TrainingConfig, TrainingDivergedError
 
 # Estimator parameters that are TrainingConfig fields of the same name and meaning.
@@ -45,7 +46,43 @@ BatchForward = Callable[[nn.Module, Any], tuple[torch.Tensor, ...]]
 
 
 class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
-    """Base of the fine-tuning estimators (private; subclasses define ``__init__``)."""
+    """Base of the fine-tuning estimators (private).
+
+    It takes the training parameters whose defaults both estimators share. A
+    subclass lists its own parameters (with the training recipe it defaults
+    to: ``max_epochs``, ``learning_rate``, ``weight_decay``,
+    ``warmup_epochs``, ``selection_metric``) followed by
+    ``**training_params``, which it passes to ``super().__init__``. Its
+    ``__init__`` is then given the full signature, which scikit-learn's
+    ``get_params`` reads.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 64,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int | None = None,
+        mixed_precision: bool | str = "auto",
+        checkpoint_dir: str | None = None,
+        device: str = "auto",
+        random_state: Any = None,
+        verbose: int | bool = 0,
+        classes: Any = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.mixed_precision = mixed_precision
+        self.checkpoint_dir = checkpoint_dir
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+        self.classes = classes
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        spell_out_init_signature(cls, FinetuneEstimator.__init__)
 
     _parameter_constraints: dict = {
         "backbone": "no_validation",

@@ -191,22 +191,14 @@ mixed_precision, checkpoint_dir, device, verbose
         calibration_head: bool = True,
         post_hoc: str | None = None,
         max_epochs: int = 10,
-        batch_size: int = 64,
         optimizer: str = "adamw",
         learning_rate: float = 1e-4,
         weight_decay: float = 0.05,
         warmup_epochs: float = 1.0,
         grad_clip_norm: float | None = 1.0,
-        validation_fraction: float = 0.1,
         selection_metric: str = "ece",
-        n_iter_no_change: int | None = None,
-        mixed_precision: bool | str = "auto",
-        checkpoint_dir: str | None = None,
-        device: str = "auto",
-        random_state: Any = None,
-        verbose: int = 0,
         train_transform: Any = None,
-        classes: Any = None,
+        **training_params: Any,
     ) -> None:
         self.backbone = backbone
         self.token = token
@@ -219,22 +211,14 @@ mixed_precision, checkpoint_dir, device, verbose
         self.calibration_head = calibration_head
         self.post_hoc = post_hoc
         self.max_epochs = max_epochs
-        self.batch_size = batch_size
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.warmup_epochs = warmup_epochs
         self.grad_clip_norm = grad_clip_norm
-        self.validation_fraction = validation_fraction
         self.selection_metric = selection_metric
-        self.n_iter_no_change = n_iter_no_change
-        self.mixed_precision = mixed_precision
-        self.checkpoint_dir = checkpoint_dir
-        self.device = device
-        self.random_state = random_state
-        self.verbose = verbose
         self.train_transform = train_transform
-        self.classes = classes
+        super().__init__(**training_params)
 
     _split_stream = "stratified"
     # An int random_state seeds the NumPy generator that draws the fit's seed.

@@ -255,19 +255,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
         ema_decay: float | None = 0.995,
         noise_init: float = 1e-2,
         max_epochs: int = 30,
-        batch_size: int = 64,
         learning_rate: float = 1e-3,
         weight_decay: float = 5e-5,
         warmup_epochs: float = 2.0,
-        validation_fraction: float = 0.1,
         selection_metric: str = "nll",
-        n_iter_no_change: int | None = None,
-        mixed_precision: bool | str = "auto",
-        checkpoint_dir: str | None = None,
-        device: str = "auto",
-        random_state: Any = None,
-        verbose: int | bool = 0,
-        classes: Any = None,
+        **training_params: Any,
     ):
         self.backbone = backbone
         self.depth = depth
@@ -279,19 +271,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self.ema_decay = ema_decay
         self.noise_init = noise_init
         self.max_epochs = max_epochs
-        self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.warmup_epochs = warmup_epochs
-        self.validation_fraction = validation_fraction
         self.selection_metric = selection_metric
-        self.n_iter_no_change = n_iter_no_change
-        self.mixed_precision = mixed_precision
-        self.checkpoint_dir = checkpoint_dir
-        self.device = device
-        self.random_state = random_state
-        self.verbose = verbose
-        self.classes = classes
+        super().__init__(**training_params)
 
     _parameter_constraints: dict = {
         **FinetuneEstimator._parameter_constraints,

@@ -24,7 +24,21 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from reliacal._docstrings import shared_doc
+
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+# The docstring sections every loss shares (see reliacal._docstrings).
+_LOSS_INPUTS = """\
+Parameters
+----------
+logits : torch.Tensor of shape (B, K)
+target : torch.Tensor of shape (B,), int64 class indices"""
+_LOSS_DOCS = {
+    "loss_inputs": _LOSS_INPUTS,
+    "focal_inputs": _LOSS_INPUTS + "\ngamma : float >= 0, default 3.0",
+    "loss_returns": "Returns\n-------\ntorch.Tensor\n    Scalar loss.",
+}
 
 BASE_LOSSES = ("ce", "label_smoothing", "brier", "focal", "flsd53", "dual_focal", "mmce")
 
@@ -59,6 +73,7 @@ def _target_log_probability(logits: torch.Tensor, target: torch.Tensor) -> torch
     return log_probs.gather(1, target.long()[:, None])[:, 0]
 
 
+@shared_doc(_LOSS_DOCS)
 def cross_entropy_loss(
     logits: torch.Tensor, target: torch.Tensor, *, label_smoothing: float = 0.0
 ) -> torch.Tensor:
@@ -70,16 +85,10 @@ def cross_entropy_loss(
 
     .. math:: L = -\frac{1}{B}\sum_i \sum_c q_{ic} \log p_{ic}.
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
+    {loss_inputs}
     label_smoothing : float in [0, 1), default 0.0
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------
@@ -93,6 +102,7 @@ def cross_entropy_loss(
     return F.cross_entropy(_as_float(logits), target.long(), label_smoothing=label_smoothing)
 
 
+@shared_doc(_LOSS_DOCS)
 def brier_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     r"""Multi-class Brier score of ``softmax(logits)`` (Brier, 1950).
 
@@ -101,15 +111,9 @@ def brier_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     the mean over samples of the squared error summed over classes (values in
     [0, 2]).
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
+    {loss_inputs}
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------
@@ -123,6 +127,7 @@ def brier_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (probs - onehot).pow(2).sum(dim=1).mean()
 
 
+@shared_doc(_LOSS_DOCS)
 def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0) -> torch.Tensor:
     r"""Focal loss with a fixed focusing parameter (Lin et al., 2017).
 
@@ -131,16 +136,9 @@ def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0
     ``gamma = 0`` is cross-entropy. Mukhoti et al. (2020) show that focal loss
     improves calibration; ``gamma = 3`` is their fixed-gamma setting.
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
-    gamma : float >= 0, default 3.0
+    {focal_inputs}
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------
@@ -155,6 +153,7 @@ def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0
     return -((1.0 - log_p.exp()).pow(gamma) * log_p).mean()
 
 
+@shared_doc(_LOSS_DOCS)
 def flsd53_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     r"""Focal loss with the sample-dependent schedule FLSD-53 (Mukhoti et al., 2020).
 
@@ -166,15 +165,9 @@ def flsd53_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     The choice of :math:`\gamma_i` is piecewise constant, so no gradient flows
     through it.
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
+    {loss_inputs}
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------
@@ -190,6 +183,7 @@ def flsd53_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return -((1.0 - p).pow(gamma) * log_p).mean()
 
 
+@shared_doc(_LOSS_DOCS)
 def dual_focal_loss(
     logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0
 ) -> torch.Tensor:
@@ -204,16 +198,9 @@ def dual_focal_loss(
     loss, the weight stays large when a wrong class competes closely with the
     true one, which counters under-confidence.
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
-    gamma : float >= 0, default 3.0
+    {focal_inputs}
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------
@@ -233,6 +220,7 @@ def dual_focal_loss(
     return -((1.0 - log_p.exp() + runner_up).pow(gamma) * log_p).mean()
 
 
+@shared_doc(_LOSS_DOCS)
 def mmce_loss(
     logits: torch.Tensor,
     target: torch.Tensor,
@@ -258,19 +246,13 @@ def mmce_loss(
     zero); ``1e-10`` is added under the square root so that its gradient stays
     finite at zero.
 
-    Parameters
-    ----------
-    logits : torch.Tensor of shape (B, K)
-    target : torch.Tensor of shape (B,), int64 class indices
+    {loss_inputs}
     weight : float >= 0, default 1.0
         :math:`\lambda`, the weight of the MMCE term (tuned on validation data
         in the paper).
     bandwidth : float > 0, default 0.4
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {loss_returns}
 
     Examples
     --------

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
@@ -171,6 +173,7 @@ def bin_scores(
     return statistics_from_sums(*sums(confidence, outcome, n_bins))
 
 
+@shared_doc(METRIC_DOCS)
 def binned_statistics(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
 ) -> BinnedStatistics:
@@ -194,14 +197,8 @@ def binned_statistics(
     y_prob : array-like of shape (n, K) or (n,)
         Predicted probabilities; 1-D input is the positive-class probability of a
         binary problem (top-label mode then uses ``[1 - p, p]``).
-    n_bins : int, default=15
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Equal-width or equal-mass bins.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is binned.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {binning}
+    {mode_labels}
 
     Returns
     -------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import (
     check_classwise_bins,
     check_n_bins,
@@ -11,6 +12,7 @@ from reliacal._validation import (
     check_probabilities,
 )
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import CLASSWISE, ERROR_MODES, check_mode
 from reliacal.metrics._predictions import (
     ClasswiseSums,
@@ -125,6 +127,7 @@ def _check_common(n_bins, strategy, norm=None):
     return n_bins
 
 
+@shared_doc(METRIC_DOCS)
 def expected_calibration_error(
     y_true,
     y_prob,
@@ -163,14 +166,10 @@ def expected_calibration_error(
     y_prob : array-like of shape (n, K) or (n,)
         Predicted probabilities (rows sum to 1); 1-D input is the positive-class
         probability of a binary problem (top-label mode then uses ``[1 - p, p]``).
-    n_bins : int, default=15
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Equal-width or equal-mass bins.
+    {binning}
     norm : {"l1", "l2", "max"}, default="l1"
         How bin gaps are combined.
-    mode : {"top-label", "positive", "classwise"}, default="top-label"
-        Which probabilities are calibrated.
+    {mode_classwise}
     labels : array-like of shape (K,), optional
         The class of each column of ``y_prob``.
 
@@ -205,6 +204,7 @@ def expected_calibration_error(
     return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
 
 
+@shared_doc(METRIC_DOCS)
 def maximum_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
 ) -> float:
@@ -214,20 +214,7 @@ def maximum_calibration_error(
 
     Same as :func:`expected_calibration_error` with ``norm="max"``.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    n_bins : int, default=15
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Equal-width or equal-mass bins.
-    mode : {"top-label", "positive", "classwise"}, default="top-label"
-        Which probabilities are calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {binned_classwise_parameters}
 
     Returns
     -------
@@ -305,6 +292,7 @@ def classwise_calibration_error(
     return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy), norm)
 
 
+@shared_doc(METRIC_DOCS)
 def debiased_calibration_error(
     y_true,
     y_prob,
@@ -328,18 +316,12 @@ def debiased_calibration_error(
     and returns :math:`\sqrt{\frac{1}{K}\sum_k \widehat{\mathrm{CE}}_k^2}` (Kumar
     et al.'s "marginal" mode). Equal-mass bins by default, as in their package.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     n_bins : int, default=15
         Number of bins.
     strategy : {"uniform", "quantile"}, default="quantile"
         Equal-width or equal-mass bins.
-    mode : {"top-label", "positive", "classwise"}, default="top-label"
-        Which probabilities are calibrated.
+    {mode_classwise}
     labels : array-like of shape (K,), optional
         The class of each column of ``y_prob``.
 

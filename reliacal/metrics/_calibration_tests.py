@@ -7,7 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
 
@@ -26,6 +28,7 @@ def _scores(y_true, y_prob, mode, labels):
     return confidence, outcome.astype(np.float64)
 
 
+@shared_doc(METRIC_DOCS)
 def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Kolmogorov-Smirnov calibration error (Gupta et al., 2021).
 
@@ -42,16 +45,7 @@ def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None
     last of them, so the value does not depend on the order of ties (without ties
     this is exactly Gupta et al.'s definition).
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is tested.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {calibration_parameters}
 
     Returns
     -------
@@ -77,6 +71,7 @@ def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None
     return float(np.max(np.abs(difference[step_ends])))
 
 
+@shared_doc(METRIC_DOCS)
 def spiegelhalter_test(
     y_true, y_prob, *, mode: str = "top-label", labels=None
 ) -> SpiegelhalterResult:
@@ -96,16 +91,7 @@ def spiegelhalter_test(
     of miscalibration. Undefined (``ValueError``) when every forecast is 0, 0.5 or
     1: then the denominator is 0.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is tested.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {calibration_parameters}
 
     Returns
     -------

@@ -199,6 +199,15 @@ def _check_settings(predictions, reference, n_bootstraps, confidence_level):
         reference = next(iter(predictions))
     elif reference not in predictions:
         raise ValueError(f"reference {reference!r} is not among the methods {list(predictions)!r}")
+    return (reference, *check_bootstrap_settings(n_bootstraps, confidence_level))
+
+
+def check_bootstrap_settings(n_bootstraps, confidence_level) -> tuple[int, float]:
+    """``(n_bootstraps, confidence_level)`` as int and float, or a ValueError naming the bad one.
+
+    >>> check_bootstrap_settings(200, 0.9)
+    (200, 0.9)
+    """
     if (
         isinstance(n_bootstraps, bool)
         or not isinstance(n_bootstraps, int | np.integer)
@@ -207,7 +216,7 @@ def _check_settings(predictions, reference, n_bootstraps, confidence_level):
         raise ValueError(f"n_bootstraps must be an integer >= 1, got {n_bootstraps!r}")
     if not isinstance(confidence_level, float | int) or not (0 < confidence_level < 1):
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
-    return reference, int(n_bootstraps), float(confidence_level)
+    return int(n_bootstraps), float(confidence_level)
 
 
 def bootstrap_indices(n_samples: int, n_bootstraps: int, random_state=None):

@@ -15,7 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_option, check_probabilities
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
 
@@ -116,6 +118,7 @@ def _corp_scores(y_true, y_prob, mode, labels):
     return confidences_and_outcomes(y_index, y_prob, mode)
 
 
+@shared_doc(METRIC_DOCS)
 def corp_reliability(y_true, y_prob, *, mode: str = "top-label", labels=None) -> CorpReliability:
     r"""CORP reliability curve: isotonic regression of the outcome on the forecast.
 
@@ -137,20 +140,14 @@ def corp_reliability(y_true, y_prob, *, mode: str = "top-label", labels=None) ->
         True labels.
     y_prob : array-like of shape (n, K) or (n,)
         Predicted probabilities; 1-D input is the positive-class probability.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is recalibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {mode_labels}
 
     Returns
     -------
     CorpReliability
         ``(confidence, calibrated, counts)`` at each distinct forecast value.
 
-    References
-    ----------
-    T. Dimitriadis, T. Gneiting, A. I. Jordan. Stable reliability diagrams for
-    probabilistic classifiers. PNAS 118(8), 2021.
+    {corp_references}
 
     Examples
     --------
@@ -175,6 +172,7 @@ def _mean_score(forecast: np.ndarray, outcome: np.ndarray, score: str) -> float:
         return float(np.mean(-np.log(probability_of_outcome)))
 
 
+@shared_doc(METRIC_DOCS)
 def score_decomposition(
     y_true, y_prob, *, score: str = "brier", mode: str = "top-label", labels=None
 ) -> ScoreDecomposition:
@@ -201,28 +199,17 @@ def score_decomposition(
     ``mode="positive"`` on 1-D input they equal :func:`brier_score` and, when no
     forecast is 0 or 1, :func:`negative_log_likelihood`.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     score : {"brier", "log"}, default="brier"
         The proper scoring rule.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is scored.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {mode_labels}
 
     Returns
     -------
     ScoreDecomposition
         ``(score, miscalibration, discrimination, uncertainty)``.
 
-    References
-    ----------
-    T. Dimitriadis, T. Gneiting, A. I. Jordan. Stable reliability diagrams for
-    probabilistic classifiers. PNAS 118(8), 2021.
+    {corp_references}
 
     Examples
     --------

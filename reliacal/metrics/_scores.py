@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities, to_numpy
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._predictions import scan_matrix
 
 # Samples per chunk of the in-place Brier terms.
@@ -46,6 +48,7 @@ def _true_class_probability(y_index, y_prob) -> np.ndarray:
     return scan_matrix(y_prob, y_index, top_label=False, true_class=True).true_probability
 
 
+@shared_doc(METRIC_DOCS)
 def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     r"""Negative log-likelihood (log loss, cross-entropy) of the true labels.
 
@@ -56,14 +59,7 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     ``sklearn.metrics.log_loss`` (natural logarithm). 1-D input is the
     positive-class probability of a binary problem.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {score_parameters}
 
     Returns
     -------
@@ -84,6 +80,7 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     return float(np.mean(clipped_log_loss(true_probability, y_prob.dtype)))
 
 
+@shared_doc(METRIC_DOCS)
 def brier_score(y_true, y_prob, *, labels=None) -> float:
     r"""Brier score: the mean squared error of the probabilities.
 
@@ -96,14 +93,7 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     :math:`\frac{1}{n}\sum_i (p_i - y_i)^2` (range [0, 1]); two columns therefore
     give twice the 1-D value.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {score_parameters}
 
     Returns
     -------
@@ -130,6 +120,7 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     return float(np.mean(brier_terms(scan.true_probability, scan.sum_of_squares)))
 
 
+@shared_doc(METRIC_DOCS)
 def accuracy(y_true, y_prob, *, labels=None) -> float:
     r"""Fraction of samples whose most probable class is the true class.
 
@@ -138,14 +129,7 @@ def accuracy(y_true, y_prob, *, labels=None) -> float:
     Ties go to the lowest column (as ``numpy.argmax``); 1-D input predicts the
     positive class when ``p > 0.5``.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {score_parameters}
 
     Returns
     -------

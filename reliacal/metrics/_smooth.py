@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 from scipy import fft
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
 
@@ -154,6 +156,7 @@ def smooth_ece_of_scores(confidence, outcome, bandwidth=None) -> tuple[float, fl
     return problem.smooth_ece(bandwidth), bandwidth
 
 
+@shared_doc(METRIC_DOCS)
 def smooth_calibration_error(
     y_true, y_prob, *, mode="top-label", bandwidth=None, labels=None, return_bandwidth=False
 ):
@@ -176,12 +179,7 @@ def smooth_calibration_error(
     values equal ``relplot.smECE(f, y)`` up to floating-point rounding, and the
     FFT convolutions make it much faster.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     mode : {"top-label", "positive"}, default="top-label"
         Which probability is calibrated.
     bandwidth : float, optional
@@ -196,10 +194,7 @@ def smooth_calibration_error(
     float or (float, float)
         smECE in [0, 1], and the bandwidth when ``return_bandwidth`` is True.
 
-    References
-    ----------
-    J. Blasiok, P. Nakkiran. Smooth ECE: Principled Reliability Diagrams via Kernel
-    Smoothing. ICLR 2024 (arXiv:2309.12236).
+    {smooth_ece_references}
 
     Examples
     --------
@@ -243,6 +238,7 @@ class SmoothReliabilityCurve(NamedTuple):
     bandwidth: float
 
 
+@shared_doc(METRIC_DOCS)
 def smooth_reliability_curve(
     y_true, y_prob, *, mode="top-label", bandwidth=None, n_points: int = 200, labels=None
 ) -> SmoothReliabilityCurve:
@@ -254,12 +250,7 @@ def smooth_reliability_curve(
     density :math:`\hat\delta_s(t)` of the confidences, normalised to integrate to
     1 over [0, 1]. The bandwidth is smECE's fixed point unless given.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     mode : {"top-label", "positive"}, default="top-label"
         Which probability is calibrated.
     bandwidth : float, optional
@@ -274,10 +265,7 @@ def smooth_reliability_curve(
     SmoothReliabilityCurve
         ``(grid, accuracy, density, bandwidth)``.
 
-    References
-    ----------
-    J. Blasiok, P. Nakkiran. Smooth ECE: Principled Reliability Diagrams via Kernel
-    Smoothing. ICLR 2024 (arXiv:2309.12236).
+    {smooth_ece_references}
 
     Examples
     --------

@@ -6,8 +6,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
-from reliacal.metrics._compare import bootstrap_indices
+from reliacal.metrics._compare import bootstrap_indices, check_bootstrap_settings
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._smooth import smooth_reliability_curve
 
@@ -22,6 +24,7 @@ class SmoothReliabilityBand(NamedTuple):
     bandwidth: float
 
 
+@shared_doc(METRIC_DOCS)
 def smooth_reliability_band(
     y_true,
     y_prob,
@@ -42,22 +45,14 @@ def smooth_reliability_band(
     choice. ``lower`` and ``upper`` are the pointwise :math:`\alpha/2` and
     :math:`1 - \alpha/2` percentiles of the replicate curves.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     n_bootstraps : int, default=200
         Number of replicates.
     confidence_level : float, default=0.95
         Pointwise coverage of the band.
     random_state : int, numpy Generator or None
         Seed of the resampling.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {mode_labels}
     n_points : int, default=200
         Grid points in [0, 1].
 
@@ -75,14 +70,7 @@ def smooth_reliability_band(
     >>> bool(np.all(band.lower[20:-20] <= band.upper[20:-20]))
     True
     """
-    if (
-        isinstance(n_bootstraps, bool)
-        or not isinstance(n_bootstraps, int | np.integer)
-        or n_bootstraps < 1
-    ):
-        raise ValueError(f"n_bootstraps must be an integer >= 1, got {n_bootstraps!r}")
-    if not isinstance(confidence_level, float | int) or not (0 < confidence_level < 1):
-        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
+    check_bootstrap_settings(n_bootstraps, confidence_level)
     check_mode(mode, SCORE_MODES)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     # y_index holds column indices: the default label mapping of every call below.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option, check_probabilities
 from reliacal.metrics._binning import STRATEGIES, bin_scores
+from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
 
@@ -51,6 +53,7 @@ def sweep_n_bins(confidence: np.ndarray, outcome: np.ndarray) -> int:
     return n_bins
 
 
+@shared_doc(METRIC_DOCS)
 def monotonic_sweep_calibration_error(
     y_true,
     y_prob,
@@ -76,18 +79,10 @@ def monotonic_sweep_calibration_error(
     ordered by outcome). Each count costs O(b) from one cumulative sum, so the
     sweep costs O(n log n + b*^2).
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
+    {prediction_inputs}
     norm : {"l1", "l2"}, default="l1"
         ECE (``l1``) or RMS calibration error (``l2``) at the chosen bins.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {mode_labels}
     return_n_bins : bool, default=False
         Also return the chosen bin count.
 
@@ -136,6 +131,7 @@ def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
     return weights, excess
 
 
+@shared_doc(METRIC_DOCS)
 def overconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
 ) -> float:
@@ -147,20 +143,7 @@ def overconfidence_error(
     :func:`underconfidence_error`: ``OE + UE = ECE`` and
     ``OE - UE = signed_calibration_error`` (mean confidence minus accuracy).
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    n_bins : int, default=15
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Equal-width or equal-mass bins.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {binned_parameters}
 
     Returns
     -------
@@ -177,6 +160,7 @@ def overconfidence_error(
     return float(np.sum(weights * np.maximum(excess, 0.0)))
 
 
+@shared_doc(METRIC_DOCS)
 def underconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
 ) -> float:
@@ -187,20 +171,7 @@ def underconfidence_error(
     with the bins of :func:`expected_calibration_error`; see
     :func:`overconfidence_error`.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    n_bins : int, default=15
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Equal-width or equal-mass bins.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {binned_parameters}
 
     Returns
     -------
@@ -217,6 +188,7 @@ def underconfidence_error(
     return float(np.sum(weights * np.maximum(-excess, 0.0)))
 
 
+@shared_doc(METRIC_DOCS)
 def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Signed calibration error: mean confidence minus accuracy.
 
@@ -228,16 +200,7 @@ def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=
     it equals ``overconfidence_error - underconfidence_error`` for every bin count,
     while over- and under-confident bins cancel here (their sum is the ECE).
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n,)
-        True labels.
-    y_prob : array-like of shape (n, K) or (n,)
-        Predicted probabilities.
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {calibration_parameters}
 
     Returns
     -------

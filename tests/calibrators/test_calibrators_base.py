@@ -271,25 +271,10 @@ class _FeatureAwareScaling(BaseCalibrator):
     def __init__(
         self,
         n_logits=3,
-        *,
-        input="logits",
-        classes=None,
-        backbone=None,
-        batch_size=256,
-        device="auto",
-        mixed_precision=False,
-        memory=None,
-        verbose=0,
+        **base_params,
     ):
         self.n_logits = n_logits
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(**base_params)
 
     def _split_columns(self, X):
         return X[:, : -self.n_logits], X[:, -self.n_logits :]

@@ -21,27 +21,6 @@ from reliacal.finetune.calattn import CalAttnFinetuner
 from reliacal.training import CheckpointError, TrainingConfig, fit_module
 
 REMEDY = "delete the folder"
-# Everything a resumed run needs (Run._save / Run._load).
-SAVED_ENTRIES = (
-    "config",
-    "seed",
-    "n_samples",
-    "epochs_done",
-    "finished",
-    "stopped_early",
-    "module",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "ema",
-    "best_state",
-    "best_epoch",
-    "best_score",
-    "epochs_without_improvement",
-    "history",
-    "last_lr",
-    "rng",
-)
 
 
 def blobs(n=32):
@@ -109,7 +88,10 @@ def test_checkpoint_is_a_torch_archive_whose_zip_comment_is_its_sha256(finished_
     assert comment == b"reliacal-sha256:" + expected.encode()
     # Still an ordinary checkpoint for torch, holding what a resumed run reads.
     state = torch.load(path, weights_only=True)
-    assert sorted(state) == sorted(SAVED_ENTRIES)
+    # Imported here: reliacal._training.results needs reliacal.training imported first.
+    from reliacal._training.loop import CHECKPOINT_ENTRIES
+
+    assert sorted(state) == sorted(CHECKPOINT_ENTRIES)  # what Run._load checks for
 
 
 def test_intact_checkpoint_resumes_to_the_same_weights(finished_run):

@@ -1,0 +1,57 @@
+"""Docstring paragraphs that several public objects share, written once.
+
+A docstring line that holds only ``{name}``, for a ``name`` of the
+fragments given, is replaced by that fragment, indented as the line, so that
+a numpydoc section shared by a family of functions (their common parameters,
+a reference they all cite) has one source::
+
+    @shared_doc(METRIC_DOCS)
+    def brier_score(y_true, y_prob, *, labels=None):
+        '''Multiclass Brier score.
+
+        {score_parameters}
+        '''
+
+Any other line, braces included, is left as it is.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+__all__ = ["fill_doc", "shared_doc"]
+
+_Documented = TypeVar("_Documented")
+
+
+def fill_doc(docstring: str | None, fragments: Mapping[str, str]) -> str | None:
+    """``docstring`` with each ``{name}`` line replaced by ``fragments[name]``.
+
+    >>> print(fill_doc("Notes\\n    -----\\n    {note}\\n", {"note": "One.\\nTwo."}))
+    Notes
+        -----
+        One.
+        Two.
+    <BLANKLINE>
+    """
+    if docstring is None:  # python -OO strips docstrings
+        return None
+    lines = docstring.split("\n")
+    for index, line in enumerate(lines):
+        name = line.strip()
+        if name.startswith("{") and name.endswith("}") and name[1:-1] in fragments:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[index] = textwrap.indent(fragments[name[1:-1]], indent)
+    return "\n".join(lines)
+
+
+def shared_doc(fragments: Mapping[str, str]) -> Callable[[_Documented], _Documented]:
+    """Decorator: :func:`fill_doc` on the decorated object's docstring."""
+
+    def decorate(documented: _Documented) -> _Documented:
+        documented.__doc__ = fill_doc(documented.__doc__, fragments)
+        return documented
+
+    return decorate

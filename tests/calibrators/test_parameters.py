@@ -1,0 +1,82 @@
+"""The base parameters are defined once in BaseCalibrator and shown by every calibrator."""
+
+import inspect
+import re
+
+import pytest
+from sklearn.base import clone
+
+from reliacal.calibrators import (
+    AdaptiveTS,
+    BaseCalibrator,
+    MatrixScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
+
+BASE = [
+    "input",
+    "classes",
+    "backbone",
+    "batch_size",
+    "device",
+    "mixed_precision",
+    "memory",
+    "verbose",
+]
+CALIBRATORS = {
+    TemperatureScaling: ["objective", "tol", "max_iter"],
+    VectorScaling: ["reg_bias", "max_iter", "tol"],
+    MatrixScaling: ["reg_off_diagonal", "reg_bias", "max_iter", "tol", "max_parameters"],
+}
+
+
+@pytest.mark.parametrize("calibrator", list(CALIBRATORS), ids=lambda cls: cls.__name__)
+def test_signature_lists_own_then_base_parameters(calibrator):
+    names = list(inspect.signature(calibrator).parameters)
+    assert names == CALIBRATORS[calibrator] + BASE
+    assert sorted(calibrator().get_params()) == sorted(CALIBRATORS[calibrator] + BASE)
+
+
+@pytest.mark.parametrize("calibrator", list(CALIBRATORS), ids=lambda cls: cls.__name__)
+def test_base_parameters_are_stored_and_cloned(calibrator):
+    estimator = calibrator(input="probs", batch_size=7, device="cpu", verbose=2)
+    copy = clone(estimator)
+    assert copy.get_params() == estimator.get_params()
+    assert (copy.input, copy.batch_size, copy.device, copy.verbose) == ("probs", 7, "cpu", 2)
+    assert copy.classes is None and copy.memory is None
+
+
+def test_unknown_parameter_is_refused():
+    with pytest.raises(TypeError, match="batchsize"):
+        TemperatureScaling(batchsize=8)
+
+
+def test_a_calibrator_may_change_a_base_default():
+    signature = inspect.signature(AdaptiveTS)
+    assert signature.parameters["batch_size"].default == 128
+    assert list(signature.parameters)[-len(BASE) :] == BASE
+    assert AdaptiveTS().batch_size == 128
+    assert inspect.signature(TemperatureScaling).parameters["batch_size"].default == 256
+
+
+@pytest.mark.parametrize(
+    "calibrator", [*CALIBRATORS, AdaptiveTS], ids=lambda cls: getattr(cls, "__name__", "")
+)
+def test_docstring_documents_every_parameter(calibrator):
+    documented = re.findall(r"^    (\w+) : ", calibrator.__doc__, flags=re.MULTILINE)
+    assert "{base_parameters}" not in calibrator.__doc__
+    assert "{base_attributes}" not in calibrator.__doc__
+    assert {"classes_", "n_features_in_", "backbone_"} <= set(documented)
+    for name in inspect.signature(calibrator).parameters:
+        assert name in documented, name
+
+
+def test_explicit_signature_is_left_alone():
+    class Explicit(BaseCalibrator):
+        def __init__(self, scale=1.0, *, input="logits", verbose=0):
+            self.scale = scale
+            self.input = input
+            self.verbose = verbose
+
+    assert list(inspect.signature(Explicit).parameters) == ["scale", "input", "verbose"]
