@@ -51,22 +51,7 @@ class IsotonicCalibration(OneVsRestCalibrator):
 
     Parameters
     ----------
-    input : {"logits", "probs"}, default="logits"
-        ``"probs"``: ``X`` holds probabilities (1-D: of the positive class).
-    classes : array-like of shape (K,), default=None
-        Label of each column of ``X`` (default ``0..K-1``).
-    backbone : model, BackboneAdapter or str, default=None
-        Calibrate this frozen classifier; ``X`` then holds its raw inputs.
-    batch_size : int, default=256
-        Backbone batch size.
-    device : str or torch.device, default="auto"
-        Backbone device.
-    mixed_precision : bool, default=False
-        Backbone autocast on CUDA.
-    memory : joblib.Memory, str or path, default=None
-        Cache of the backbone outputs.
-    verbose : int, default=0
-        Progress output of the backbone pass.
+    {base_parameters}
 
     Attributes
     ----------
@@ -112,24 +97,9 @@ class IsotonicCalibration(OneVsRestCalibrator):
 
     def __init__(
         self,
-        *,
-        input: str = "logits",
-        classes=None,
-        backbone=None,
-        batch_size: int = 256,
-        device="auto",
-        mixed_precision: bool = False,
-        memory=None,
-        verbose: int = 0,
+        **base_params,
     ):
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
+        super().__init__(**base_params)
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:
         weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
