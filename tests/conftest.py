@@ -1,4 +1,5 @@
-"""Shared fixtures of the whole suite: the bundled CIFAR records and the CUDA skip.
+"""Shared fixtures of the whole suite: the bundled CIFAR records, tiny transformers and the
+CUDA skip.
 
 Tests take these as pytest fixtures (never ``from conftest import``); a test
 that needs a CUDA device is marked ``@pytest.mark.gpu`` and is skipped here
@@ -54,3 +55,72 @@ def cifar_record(record_name):
     """Each CIFAR record in turn, as ``(name, probabilities, labels)``."""
     probs, labels = _load_record(record_name)
     return record_name, probs, labels
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Run a module's torch code on one intra-op thread.
+
+    The networks of the training tests are tiny: on a shared machine, thread start-up and
+    contention cost more than their matrix products. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tiny_transformer(
+    family, *, image_size, patch_size, channels, width, depth, heads, classes, seed=0, **extra
+):
+    # Seeding the global generator right before the constructor keeps the weights (and the
+    # generator's state afterwards) exactly what the tests were written against.
+    torch.manual_seed(seed)
+    if family == "hf_vit":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        config = ViTConfig(
+            image_size=image_size,
+            patch_size=patch_size,
+            num_channels=channels,
+            hidden_size=width,
+            num_hidden_layers=depth,
+            num_attention_heads=heads,
+            intermediate_size=2 * width,
+            num_labels=classes,
+            **extra,
+        )
+        return ViTForImageClassification(config)
+    from timm.models.deit import VisionTransformerDistilled
+    from timm.models.swin_transformer import SwinTransformer
+    from timm.models.vision_transformer import VisionTransformer
+
+    timm_class = {
+        "vit": VisionTransformer,
+        "deit_distilled": VisionTransformerDistilled,
+        "swin": SwinTransformer,
+    }[family]
+    depth_name = "depths" if family == "swin" else "depth"
+    return timm_class(
+        img_size=image_size,
+        patch_size=patch_size,
+        in_chans=channels,
+        embed_dim=width,
+        num_heads=heads,
+        num_classes=classes,
+        **{depth_name: depth},
+        **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_transformer():
+    """A builder of small randomly initialised transformers, seeded globally first.
+
+    ``tiny_transformer(family, *, image_size, patch_size, channels, width, depth, heads,
+    classes, seed=0, **extra)`` with ``family`` one of ``"vit"``, ``"deit_distilled"``,
+    ``"swin"`` (timm; ``depth`` and ``heads`` per stage) or ``"hf_vit"`` (Hugging Face, MLP
+    width ``2 * width``); ``extra`` goes to the constructor (the config for ``"hf_vit"``).
+    """
+    return _tiny_transformer
