@@ -40,15 +40,8 @@ VOCAB, PAD = 30, 0
 
 def tiny_vit(seed: int = 0, depth: int = 3) -> VisionTransformer:
     torch.manual_seed(seed)
-    return VisionTransformer(
-        img_size=16,
-        patch_size=4,
-        in_chans=1,
-        num_classes=10,
-        embed_dim=32,
-        depth=depth,
-        num_heads=2,
-    )
+    sizes = dict(img_size=16, patch_size=4, in_chans=1, embed_dim=32, num_heads=2)
+    return VisionTransformer(**sizes, num_classes=10, depth=depth)
 
 
 def tiny_bert(seed: int = 0):
