@@ -71,47 +71,45 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def _tiny_transformer(
-    family, *, image_size, patch_size, channels, width, depth, heads, classes, seed=0, **extra
-):
+# The builder's size names, as timm's constructors and Hugging Face's ViTConfig spell them.
+SIZE_NAMES = {
+    "image_size": ("img_size", "image_size"),
+    "patch_size": ("patch_size", "patch_size"),
+    "channels": ("in_chans", "num_channels"),
+    "width": ("embed_dim", "hidden_size"),
+    "depth": ("depth", "num_hidden_layers"),
+    "heads": ("num_heads", "num_attention_heads"),
+    "classes": ("num_classes", "num_labels"),
+}
+
+
+def _tiny_transformer(family, *, seed=0, **settings):
+    missing = sorted(set(SIZE_NAMES) - set(settings))
+    if missing:
+        raise TypeError(f"tiny_transformer needs the sizes {missing}")
+    hugging_face = family == "hf_vit"
+    spelling = 1 if hugging_face else 0
+    spelled = {SIZE_NAMES[name][spelling]: settings.pop(name) for name in SIZE_NAMES}
     # Seeding the global generator right before the constructor keeps the weights (and the
     # generator's state afterwards) exactly what the tests were written against.
     torch.manual_seed(seed)
-    if family == "hf_vit":
+    if hugging_face:
         from transformers import ViTConfig, ViTForImageClassification
 
-        config = ViTConfig(
-            image_size=image_size,
-            patch_size=patch_size,
-            num_channels=channels,
-            hidden_size=width,
-            num_hidden_layers=depth,
-            num_attention_heads=heads,
-            intermediate_size=2 * width,
-            num_labels=classes,
-            **extra,
-        )
-        return ViTForImageClassification(config)
+        mlp = 2 * spelled["hidden_size"]
+        return ViTForImageClassification(ViTConfig(**spelled, intermediate_size=mlp, **settings))
     from timm.models.deit import VisionTransformerDistilled
     from timm.models.swin_transformer import SwinTransformer
     from timm.models.vision_transformer import VisionTransformer
 
+    if family == "swin":  # one depth per stage
+        spelled["depths"] = spelled.pop("depth")
     timm_class = {
         "vit": VisionTransformer,
         "deit_distilled": VisionTransformerDistilled,
         "swin": SwinTransformer,
     }[family]
-    depth_name = "depths" if family == "swin" else "depth"
-    return timm_class(
-        img_size=image_size,
-        patch_size=patch_size,
-        in_chans=channels,
-        embed_dim=width,
-        num_heads=heads,
-        num_classes=classes,
-        **{depth_name: depth},
-        **extra,
-    )
+    return timm_class(**spelled, **settings)
 
 
 @pytest.fixture(scope="session")

@@ -22,25 +22,9 @@ from reliacal.training import CheckpointError, fit_module
 REMEDY = "delete the folder"
 # Everything a resumed run needs (Run._save / Run._load).
 SAVED_ENTRIES = (
-    "config",
-    "seed",
-    "n_samples",
-    "epochs_done",
-    "finished",
-    "stopped_early",
-    "module",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "ema",
-    "best_state",
-    "best_epoch",
-    "best_score",
-    "epochs_without_improvement",
-    "history",
-    "last_lr",
-    "rng",
-)
+    "config seed n_samples epochs_done finished stopped_early module optimizer scheduler scaler"
+    " ema best_state best_epoch best_score epochs_without_improvement history last_lr rng"
+).split()
 
 
 class CountingLoss:
