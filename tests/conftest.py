@@ -1,4 +1,5 @@
-"""Shared fixtures of the whole suite: the bundled CIFAR records and the CUDA skip.
+"""Shared fixtures of the whole suite: the bundled CIFAR records, tiny transformers and the
+CUDA skip.
 
 Tests take these as pytest fixtures (never ``from conftest import``); a test
 that needs a CUDA device is marked ``@pytest.mark.gpu`` and is skipped here
@@ -54,3 +55,70 @@ def cifar_record(record_name):
     """Each CIFAR record in turn, as ``(name, probabilities, labels)``."""
     probs, labels = _load_record(record_name)
     return record_name, probs, labels
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Run a module's torch code on one intra-op thread.
+
+    The networks of the training tests are tiny: on a shared machine, thread start-up and
+    contention cost more than their matrix products. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# The builder's size names, as timm's constructors and Hugging Face's ViTConfig spell them.
+SIZE_NAMES = {
+    "image_size": ("img_size", "image_size"),
+    "patch_size": ("patch_size", "patch_size"),
+    "channels": ("in_chans", "num_channels"),
+    "width": ("embed_dim", "hidden_size"),
+    "depth": ("depth", "num_hidden_layers"),
+    "heads": ("num_heads", "num_attention_heads"),
+    "classes": ("num_classes", "num_labels"),
+}
+
+
+def _tiny_transformer(family, *, seed=0, **settings):
+    missing = sorted(set(SIZE_NAMES) - set(settings))
+    if missing:
+        raise TypeError(f"tiny_transformer needs the sizes {missing}")
+    hugging_face = family == "hf_vit"
+    spelling = 1 if hugging_face else 0
+    spelled = {SIZE_NAMES[name][spelling]: settings.pop(name) for name in SIZE_NAMES}
+    # Seeding the global generator right before the constructor keeps the weights (and the
+    # generator's state afterwards) exactly what the tests were written against.
+    torch.manual_seed(seed)
+    if hugging_face:
+        from transformers import ViTConfig, ViTForImageClassification
+
+        mlp = 2 * spelled["hidden_size"]
+        return ViTForImageClassification(ViTConfig(**spelled, intermediate_size=mlp, **settings))
+    from timm.models.deit import VisionTransformerDistilled
+    from timm.models.swin_transformer import SwinTransformer
+    from timm.models.vision_transformer import VisionTransformer
+
+    if family == "swin":  # one depth per stage
+        spelled["depths"] = spelled.pop("depth")
+    timm_class = {
+        "vit": VisionTransformer,
+        "deit_distilled": VisionTransformerDistilled,
+        "swin": SwinTransformer,
+    }[family]
+    return timm_class(**spelled, **settings)
+
+
+@pytest.fixture(scope="session")
+def tiny_transformer():
+    """A builder of small randomly initialised transformers, seeded globally first.
+
+    ``tiny_transformer(family, *, image_size, patch_size, channels, width, depth, heads,
+    classes, seed=0, **extra)`` with ``family`` one of ``"vit"``, ``"deit_distilled"``,
+    ``"swin"`` (timm; ``depth`` and ``heads`` per stage) or ``"hf_vit"`` (Hugging Face, MLP
+    width ``2 * width``); ``extra`` goes to the constructor (the config for ``"hf_vit"``).
+    """
+    return _tiny_transformer

@@ -41,6 +41,18 @@ def assert_one_line_error(status, out, err, *fragments):
         assert fragment in err[-1], err[-1]
 
 
+def write_split(folder, probs, labels, calibration, evaluation):
+    """Write ``cal.npz`` and ``eval.npz``: the rows ``calibration`` and ``evaluation``."""
+    np.savez(folder / "cal.npz", probs=probs[calibration], labels=labels[calibration])
+    np.savez(folder / "eval.npz", probs=probs[evaluation], labels=labels[evaluation])
+    return folder
+
+
+def calibrate(capsys, folder, *options):
+    """Run ``calibrate`` on the ``cal.npz``/``eval.npz`` pair in ``folder``."""
+    return run(capsys, "calibrate", folder / "cal.npz", folder / "eval.npz", *options)
+
+
 def torchmetrics_ece(probs, labels):
     return float(
         multiclass_calibration_error(
@@ -222,8 +234,7 @@ def cifar100_halves(tmp_path_factory, load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-100")
     order = np.random.default_rng(0).permutation(len(labels))
     calibration, evaluation = order[:5000], order[5000:]
-    np.savez(folder / "cal.npz", probs=probs[calibration], labels=labels[calibration])
-    np.savez(folder / "eval.npz", probs=probs[evaluation], labels=labels[evaluation])
+    write_split(folder, probs, labels, calibration, evaluation)
     return folder, probs, labels, calibration, evaluation
 
 
@@ -243,19 +254,11 @@ def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves
     folder, probs, labels, calibration, evaluation = cifar100_halves
     out_file = folder / "calibrated.npz"
     model_file = folder / "ts.joblib"
-    status, out, err = run(
+    status, out, err = calibrate(
         capsys,
-        "calibrate",
-        folder / "cal.npz",
-        folder / "eval.npz",
-        "--method",
-        "temperature",
-        "--format",
-        "csv",
-        "--out",
-        out_file,
-        "--save-model",
-        model_file,
+        folder,
+        *["--method", "temperature", "--format", "csv"],
+        *["--out", out_file, "--save-model", model_file],
     )
     assert status == 0, err
     temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
@@ -296,21 +299,10 @@ def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves
 )
 def test_calibrate_vector_and_matrix(capsys, tmp_path, method, regularisation, load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-10")
-    np.savez(tmp_path / "cal.npz", probs=probs[:2000], labels=labels[:2000])
-    np.savez(tmp_path / "eval.npz", probs=probs[2000:4000], labels=labels[2000:4000])
+    write_split(tmp_path, probs, labels, slice(2000), slice(2000, 4000))
     plot = tmp_path / "before_after.png"
-    status, out, err = run(
-        capsys,
-        "calibrate",
-        tmp_path / "cal.npz",
-        tmp_path / "eval.npz",
-        "--method",
-        method,
-        "--format",
-        "csv",
-        "--plot",
-        plot,
-        *regularisation,
+    status, out, err = calibrate(
+        capsys, tmp_path, "--method", method, "--format", "csv", "--plot", plot, *regularisation
     )
     assert status == 0, err
     table = pd.read_csv(io.StringIO(out), index_col="model")
@@ -328,9 +320,7 @@ def test_calibrate_uses_logits_when_both_files_hold_them(capsys, tmp_path):
     labels = np.array([rng.choice(4, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))])
     np.savez(tmp_path / "cal.npz", logits=logits[:300], labels=labels[:300])
     np.savez(tmp_path / "eval.npz", logits=logits[300:], labels=labels[300:])
-    status, out, err = run(
-        capsys, "calibrate", tmp_path / "cal.npz", tmp_path / "eval.npz", "--format", "csv"
-    )
+    status, out, err = calibrate(capsys, tmp_path, "--format", "csv")
     assert status == 0, err
     temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
     probs = np.exp(log_softmax(logits[:300], axis=1))
@@ -355,17 +345,8 @@ def test_string_labels_with_classes(capsys, tmp_path, load_record):
     np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-6)
 
     model_file = tmp_path / "ts.joblib"
-    status, out, err = run(
-        capsys,
-        "calibrate",
-        tmp_path / "cal.npz",
-        tmp_path / "eval.npz",
-        "--classes",
-        classes,
-        "--format",
-        "csv",
-        "--save-model",
-        model_file,
+    status, out, err = calibrate(
+        capsys, tmp_path, "--classes", classes, "--format", "csv", "--save-model", model_file
     )
     assert status == 0, err
     model = joblib.load(model_file)
@@ -383,20 +364,10 @@ def test_calibrate_without_regularisation_chooses_it_by_cross_validation(
     from reliacal.calibrators import MatrixScaling, VectorScaling
 
     probs, labels = load_record("lenet-5-cifar-10")
-    np.savez(tmp_path / "cal.npz", probs=probs[:1000], labels=labels[:1000])
-    np.savez(tmp_path / "eval.npz", probs=probs[1000:2000], labels=labels[1000:2000])
+    write_split(tmp_path, probs, labels, slice(1000), slice(1000, 2000))
     model_file = tmp_path / "model.joblib"
-    status, out, err = run(
-        capsys,
-        "calibrate",
-        tmp_path / "cal.npz",
-        tmp_path / "eval.npz",
-        "--method",
-        method,
-        "--format",
-        "csv",
-        "--save-model",
-        model_file,
+    status, out, err = calibrate(
+        capsys, tmp_path, "--method", method, "--format", "csv", "--save-model", model_file
     )
     assert status == 0, err
     # Oracle: the same search written with sklearn's own log-loss scorer.
@@ -467,9 +438,7 @@ def test_wrong_number_of_class_names_is_named(capsys, tmp_path):
 @pytest.fixture
 def halves(tmp_path, load_record):
     probs, labels = load_record("lenet-5-cifar-10")
-    np.savez(tmp_path / "cal.npz", probs=probs[:1000], labels=labels[:1000])
-    np.savez(tmp_path / "eval.npz", probs=probs[1000:2000], labels=labels[1000:2000])
-    return tmp_path
+    return write_split(tmp_path, probs, labels, slice(1000), slice(1000, 2000))
 
 
 def test_outputs_never_overwrite_an_input(capsys, halves):
@@ -479,9 +448,7 @@ def test_outputs_never_overwrite_an_input(capsys, halves):
         if option == "--plot":  # an image extension, so that the input is the only problem
             target = halves / "cal_link.png"
             target.symlink_to(halves / "cal.npz")
-        status, out, err = run(
-            capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", option, target, "--force"
-        )
+        status, out, err = calibrate(capsys, halves, option, target, "--force")
         assert_one_line_error(status, out, err, option, "is an input of this command")
     assert (halves / "eval.npz").read_bytes() == before
 
@@ -504,8 +471,7 @@ def test_an_existing_output_needs_force(capsys, halves, option):
 @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
 def test_out_writes_the_format_its_extension_names(capsys, halves, suffix):
     target = halves / f"calibrated{suffix}"
-    inputs = [halves / "cal.npz", halves / "eval.npz"]
-    status, out, err = run(capsys, "calibrate", *inputs, "--out", target, "--format", "csv")
+    status, out, err = calibrate(capsys, halves, "--out", target, "--format", "csv")
     assert status == 0, err
     assert err[-1] == f"reliacal: wrote {target}"
     assert sorted(path.name for path in halves.iterdir()) == sorted(
@@ -538,7 +504,7 @@ def test_out_writes_the_format_its_extension_names(capsys, halves, suffix):
 def test_bad_outputs_are_refused_before_any_work(capsys, halves, arguments, fragments):
     # File names go into the test's folder; options stay as they are.
     arguments = [text if text.startswith("--") else halves / text for text in arguments]
-    status, out, err = run(capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", *arguments)
+    status, out, err = calibrate(capsys, halves, *arguments)
     # Nothing was read: no progress line, no report on stdout.
     assert_one_line_error(status, out, err, *fragments)
     assert len(err) == 1
@@ -575,9 +541,7 @@ def test_a_calibrator_refusal_inside_the_search_is_one_line(capsys, halves, monk
         raise ValueError("MatrixScaling: too many parameters; use vector scaling")
 
     monkeypatch.setattr(MatrixScaling, "fit", refuse)
-    status, out, err = run(
-        capsys, "calibrate", halves / "cal.npz", halves / "eval.npz", "--method", "matrix"
-    )
+    status, out, err = calibrate(capsys, halves, "--method", "matrix")
     assert_one_line_error(status, out, err)
     assert err[-1] == "reliacal: error: MatrixScaling: too many parameters; use vector scaling"
     assert not [line for line in err if "warning" in line], err

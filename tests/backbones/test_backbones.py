@@ -68,16 +68,9 @@ def make_swin():
 def make_hf_vit():
     from transformers import ViTConfig, ViTForImageClassification
 
-    config = ViTConfig(
-        image_size=16,
-        patch_size=8,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        num_labels=N_CLASSES,
-    )
-    return ViTForImageClassification(config)
+    shape = dict(image_size=16, patch_size=8, num_hidden_layers=2, num_labels=N_CLASSES)
+    widths = dict(hidden_size=16, intermediate_size=32, num_attention_heads=2)
+    return ViTForImageClassification(ViTConfig(**shape, **widths))
 
 
 def make_hf_bert():
@@ -344,18 +337,7 @@ def make_timm_vit_4_heads():
 
 
 def make_hf_bert_4_heads():
-    from transformers import BertConfig, BertForSequenceClassification
-
-    config = BertConfig(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=N_CLASSES,
-    )
-    return BertForSequenceClassification(config)
+    return make_tiny_bert(N_CLASSES, 40, hidden_size=16, depth=1, num_heads=4, intermediate_size=32)
 
 
 @pytest.mark.parametrize(

@@ -217,14 +217,7 @@ TINY = dict(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny networks on a shared machine: thread start-up and contention cost more than the
-    # matrix products, by far.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _logit_problem(n=300, n_classes=3, seed=0):
@@ -311,7 +304,7 @@ def test_temperature_starts_at_the_nll_optimal_single_temperature():
     logits, y = _logit_problem()
     # A vanishing learning rate leaves the network at its start; with no validation part
     # the start is TemperatureScaling on all the data (the exact solver is the oracle).
-    model = AdaptiveTS(
+    untrained = AdaptiveTS(
         hidden_layer_sizes=(8,),
         temperature_hidden_sizes=(4,),
         max_epochs=1,
@@ -319,21 +312,13 @@ def test_temperature_starts_at_the_nll_optimal_single_temperature():
         validation_fraction=0.0,
         n_iter_no_change=None,
         random_state=0,
-    ).fit(logits, y)
+    )
+    model = clone(untrained).fit(logits, y)
     expected = TemperatureScaling().fit(logits, y).temperature_
     assert model.members_[0].initial_temperature == pytest.approx(expected, rel=1e-9)
     np.testing.assert_allclose(model.temperature(logits), expected, rtol=1e-4)
     assert not model.members_[0].fell_back
-    published = AdaptiveTS(
-        hidden_layer_sizes=(8,),
-        temperature_hidden_sizes=(4,),
-        max_epochs=1,
-        learning_rate=1e-12,
-        validation_fraction=0.0,
-        n_iter_no_change=None,
-        initial_temperature=None,
-        random_state=0,
-    ).fit(logits, y)
+    published = clone(untrained).set_params(initial_temperature=None).fit(logits, y)
     assert published.members_[0].initial_temperature is None
     assert np.ptp(published.temperature(logits)) > 1e-6
 
@@ -785,13 +770,8 @@ def test_clone_pickle_and_grid_search_over_the_loss():
 
 
 def test_check_estimator_in_logits_mode():
-    estimator = AdaptiveTS(
-        latent_dim=2,
-        hidden_layer_sizes=(8,),
-        temperature_hidden_sizes=(4,),
-        max_epochs=2,
-        random_state=0,
-    )
+    smallest = dict(latent_dim=2, hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,))
+    estimator = AdaptiveTS(**smallest, max_epochs=2, random_state=0)
     check_estimator(estimator, expected_failed_checks=estimator._expected_failed_checks())
 
 

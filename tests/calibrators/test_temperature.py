@@ -126,13 +126,18 @@ def test_integer_weights_equal_repeated_rows():
     assert weighted.temperature_ == pytest.approx(repeated.temperature_, rel=1e-12)
 
 
-def test_uninformative_logits_warn_and_return_a_large_finite_temperature():
-    rng = np.random.default_rng(9)
-    logits = rng.normal(size=(300, 4))
-    # Every label holds the smallest logit of its row: no positive T beats uniform.
-    y = np.argmin(logits, axis=1)
-    with pytest.warns(ConvergenceWarning, match="T -> infinity"):
+def fit_warns(seed, label_of_row, warning):
+    """Fit on random logits labelled by ``label_of_row(logits, axis=1)``; expect ``warning``."""
+    logits = np.random.default_rng(seed).normal(size=(300, 4))
+    y = label_of_row(logits, axis=1)
+    with pytest.warns(ConvergenceWarning, match=warning):
         fitted = TemperatureScaling().fit(logits, y)
+    return logits, y, fitted
+
+
+def test_uninformative_logits_warn_and_return_a_large_finite_temperature():
+    # Every label holds the smallest logit of its row: no positive T beats uniform.
+    logits, _, fitted = fit_warns(9, np.argmin, "T -> infinity")
     assert np.isfinite(fitted.temperature_) and fitted.temperature_ > 1e5
     probabilities = fitted.predict_proba(logits)
     np.testing.assert_allclose(probabilities, 0.25, atol=1e-6)
@@ -146,11 +151,7 @@ def test_constant_logits_warn():
 
 
 def test_separable_logits_warn_and_return_a_small_positive_temperature():
-    rng = np.random.default_rng(10)
-    logits = rng.normal(size=(300, 4))
-    y = np.argmax(logits, axis=1)
-    with pytest.warns(ConvergenceWarning, match="T -> 0"):
-        fitted = TemperatureScaling().fit(logits, y)
+    logits, y, fitted = fit_warns(10, np.argmax, "T -> 0")
     assert 0 < fitted.temperature_ < 1e-4
     probabilities = fitted.predict_proba(logits)
     assert np.all(np.isfinite(probabilities))

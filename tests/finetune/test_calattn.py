@@ -18,8 +18,6 @@ import torch
 import torch.nn.functional as F
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
-from timm.models.deit import VisionTransformerDistilled
-from timm.models.swin_transformer import SwinTransformer
 from timm.models.vision_transformer import VisionTransformer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -32,28 +30,32 @@ N_CLASSES = 3
 EMBED_DIM = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These models are tiny: a second intra-op thread only adds synchronisation.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# The sizes of every tiny transformer here: 8x8 one-channel images in 4x4 patches, one block.
+SIZES = dict(image_size=8, patch_size=4, channels=1, width=EMBED_DIM, depth=1, heads=2)
+TIMM_SIZES = dict(img_size=8, patch_size=4, in_chans=1, embed_dim=EMBED_DIM, depth=1, num_heads=2)
 
 
 def tiny_vit(seed=0, **overrides):
-    settings = dict(
-        img_size=8,
-        patch_size=4,
-        in_chans=1,
-        embed_dim=EMBED_DIM,
-        depth=1,
-        num_heads=2,
-        num_classes=N_CLASSES,
-    )
+    settings = dict(TIMM_SIZES, num_classes=N_CLASSES)
     settings.update(overrides)
     torch.manual_seed(seed)
     return VisionTransformer(**settings)
+
+
+def assert_logits_are_the_models_over_the_scale(model, X, input_name=None):
+    """The oracle of the logits: the wrapped model's own eval-mode forward over the scale.
+
+    ``input_name`` is the keyword a Hugging Face model takes its images by; its output's
+    ``logits`` are then read.
+    """
+    wrapped = model.network_.backbone.model.eval()
+    x = torch.from_numpy(X)
+    with torch.no_grad():
+        logits = wrapped(x) if input_name is None else wrapped(**{input_name: x}).logits
+    np.testing.assert_allclose(
+        model.decision_function(X), logits.double().numpy() / model.scale(X)[:, None], rtol=1e-5
+    )
 
 
 def image_data(n=36, seed=0, size=8):
@@ -162,42 +164,35 @@ def test_patch_mean_and_concat_read_the_right_tokens():
         assert model.n_extra_parameters_ == 128 * (width + 2) + 1
 
 
-def test_distilled_deit_excludes_both_prefix_tokens_and_keeps_its_logits():
-    torch.manual_seed(0)
-    deit = VisionTransformerDistilled(
-        img_size=8,
-        patch_size=4,
-        in_chans=1,
-        embed_dim=EMBED_DIM,
-        depth=1,
-        num_heads=2,
-        num_classes=N_CLASSES,
-    )
+@pytest.mark.parametrize(
+    ("family", "n_prefix_tokens", "input_name"),
+    [
+        ("deit_distilled", 2, None),  # the class and the distillation token
+        ("hf_vit", 1, "pixel_values"),  # Hugging Face, through its adapter
+    ],
+)
+def test_patch_mean_excludes_the_prefix_tokens_and_keeps_the_logits(
+    tiny_transformer, family, n_prefix_tokens, input_name
+):
+    backbone = tiny_transformer(family, **SIZES, classes=N_CLASSES)
     X, y = image_data()
-    model = quick(deit, token="patch_mean").fit(X, y)
+    model = quick(backbone, token="patch_mean").fit(X, y)
     network = model.network_
     output = network.backbone(torch.from_numpy(X[:4]))
-    torch.testing.assert_close(network.features(output), output.tokens[:, 2:].mean(dim=1))
-    with torch.no_grad():
-        logits = network.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
-    np.testing.assert_allclose(
-        model.decision_function(X), logits / model.scale(X)[:, None], rtol=1e-5
-    )
-    cls_model = quick(deit, token="cls", max_epochs=1).fit(X, y)
-    assert cls_model.token_ == "cls"
+    patch_mean = output.tokens[:, n_prefix_tokens:].mean(dim=1)
+    torch.testing.assert_close(network.features(output), patch_mean)
+    assert_logits_are_the_models_over_the_scale(model, X, input_name=input_name)
+    if family == "deit_distilled":
+        cls_model = quick(backbone, token="cls", max_epochs=1).fit(X, y)
+        assert cls_model.token_ == "cls"
 
 
-def test_swin_reads_pooled_features():
-    torch.manual_seed(0)
-    swin = SwinTransformer(
-        img_size=16,
-        patch_size=4,
-        in_chans=1,
-        embed_dim=8,
-        depths=(1, 1),
-        num_heads=(1, 2),
+def test_swin_reads_pooled_features(tiny_transformer):
+    swin = tiny_transformer(
+        "swin",
+        **dict(SIZES, image_size=16, width=8, depth=(1, 1), heads=(1, 2)),
+        classes=N_CLASSES,
         window_size=2,
-        num_classes=N_CLASSES,
     )
     X, y = image_data(size=16)
     model = quick(swin).fit(X, y)
@@ -207,44 +202,13 @@ def test_swin_reads_pooled_features():
     output = model.network_.backbone(torch.from_numpy(X[:4]))
     assert output.tokens.ndim == 4
     torch.testing.assert_close(model.network_.features(output), output.pooled)
-    with torch.no_grad():
-        logits = model.network_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
-    np.testing.assert_allclose(
-        model.decision_function(X), logits / model.scale(X)[:, None], rtol=1e-5
-    )
+    assert_logits_are_the_models_over_the_scale(model, X)
     # Swin's patch mean is the mean over its spatial map.
     patch = quick(swin, token="patch_mean", max_epochs=1).fit(X, y)
     out = patch.network_.backbone(torch.from_numpy(X[:4]))
     torch.testing.assert_close(patch.network_.features(out), out.tokens.mean(dim=(1, 2)))
     with pytest.raises(ValueError, match="needs a class token"):
         quick(swin, token="concat").fit(X, y)
-
-
-def test_hugging_face_vit_works_through_its_adapter():
-    from transformers import ViTConfig, ViTForImageClassification
-
-    torch.manual_seed(0)
-    config = ViTConfig(
-        image_size=8,
-        patch_size=4,
-        num_channels=1,
-        hidden_size=EMBED_DIM,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        num_labels=N_CLASSES,
-    )
-    hf_vit = ViTForImageClassification(config)
-    X, y = image_data()
-    model = quick(hf_vit, token="patch_mean").fit(X, y)
-    network = model.network_
-    output = network.backbone(torch.from_numpy(X[:4]))
-    torch.testing.assert_close(network.features(output), output.tokens[:, 1:].mean(dim=1))
-    with torch.no_grad():
-        logits = network.backbone.model.eval()(pixel_values=torch.from_numpy(X)).logits
-    np.testing.assert_allclose(
-        model.decision_function(X), logits.double().numpy() / model.scale(X)[:, None], rtol=1e-5
-    )
 
 
 # Parameter overhead --------------------------------------------------------------------------
@@ -280,15 +244,8 @@ def test_training_on_digits_lowers_the_loss_and_gives_probabilities():
     vit = make_tiny_vit(
         num_classes=10, image_size=8, embed_dim=16, depth=1, num_heads=2, random_state=0
     )
-    model = CalAttnFinetuner(
-        vit,
-        max_epochs=4,
-        batch_size=32,
-        learning_rate=5e-3,
-        warmup_epochs=0,
-        device="cpu",
-        random_state=0,
-    ).fit(X[:240], y[:240])
+    # The estimator's default validation fraction, not quick()'s.
+    model = quick(vit, max_epochs=4, batch_size=32, validation_fraction=0.1).fit(X[:240], y[:240])
     losses = [entry["train_loss"] for entry in model.history_]
     assert losses[-1] < losses[0]
     probabilities = model.predict_proba(X[240:300])

@@ -40,15 +40,8 @@ VOCAB, PAD = 30, 0
 
 def tiny_vit(seed: int = 0, depth: int = 3) -> VisionTransformer:
     torch.manual_seed(seed)
-    return VisionTransformer(
-        img_size=16,
-        patch_size=4,
-        in_chans=1,
-        num_classes=10,
-        embed_dim=32,
-        depth=depth,
-        num_heads=2,
-    )
+    sizes = dict(img_size=16, patch_size=4, in_chans=1, embed_dim=32, num_heads=2)
+    return VisionTransformer(**sizes, num_classes=10, depth=depth)
 
 
 def tiny_bert(seed: int = 0):
@@ -72,13 +65,7 @@ def token_data(n: int, length: int = 8, seed: int = 0):
     return ids, y
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # The models are tiny: a second thread only adds contention on a shared machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -410,23 +397,13 @@ def test_bert_teacher_with_padding(digits):
     )
 
 
-def test_hugging_face_vit_teacher(digits):
-    from transformers import ViTConfig, ViTForImageClassification
-
+def test_hugging_face_vit_teacher(digits, tiny_transformer):
     X, y = digits
-    torch.manual_seed(0)
-    config = ViTConfig(
-        image_size=16,
-        patch_size=4,
-        num_channels=1,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=10,
+    teacher = tiny_transformer(
+        "hf_vit", image_size=16, patch_size=4, channels=1, width=32, depth=2, heads=2, classes=10
     )
     estimator = DiffusionReconfigurer(
-        ViTForImageClassification(config),
+        teacher,
         reconfigure=1,
         max_epochs=1,
         n_draws=2,

@@ -18,17 +18,7 @@ from torchmetrics.functional.classification import (
     multiclass_calibration_error,
 )
 
-from reliacal.metrics import (
-    binned_statistics,
-    brier_score,
-    classwise_calibration_error,
-    debiased_calibration_error,
-    expected_calibration_error,
-    maximum_calibration_error,
-    negative_log_likelihood,
-    smooth_calibration_error,
-    softmax,
-)
+from reliacal import metrics
 
 SEEDS = (0, 1, 2)
 CLASS_COUNTS = (2, 10, 100)
@@ -39,9 +29,9 @@ def random_predictions(seed: int, n_classes: int, dtype, n_samples: int = 3000):
     """Continuous, miscalibrated probabilities: labels come from a flatter softmax."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(scale=2.5, size=(n_samples, n_classes))
-    truth = softmax(0.6 * logits)
+    truth = metrics.softmax(0.6 * logits)
     labels = (truth.cumsum(axis=1) > rng.uniform(size=(n_samples, 1))).argmax(axis=1)
-    return softmax(logits).astype(dtype), labels
+    return metrics.softmax(logits).astype(dtype), labels
 
 
 def tolerance(dtype) -> float:
@@ -74,7 +64,7 @@ def test_top_label_ece_matches_torchmetrics(seed, n_classes, dtype, norm):
     expected = multiclass_calibration_error(
         torch.from_numpy(probs), torch.from_numpy(labels), n_classes, n_bins=15, norm=norm
     ).item()
-    ours = expected_calibration_error(labels, probs, norm=norm)
+    ours = metrics.expected_calibration_error(labels, probs, norm=norm)
     assert ours == pytest.approx(expected, abs=tolerance(dtype))
     assert expected > 0.01  # the data is miscalibrated, so the comparison means something
 
@@ -94,7 +84,9 @@ def test_records_match_torchmetrics(cifar_record, norm):
         n_bins=15,
         norm=norm,
     ).item()
-    assert expected_calibration_error(labels, probs, norm=norm) == pytest.approx(expected, abs=1e-5)
+    assert metrics.expected_calibration_error(labels, probs, norm=norm) == pytest.approx(
+        expected, abs=1e-5
+    )
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "max"])
@@ -108,12 +100,14 @@ def test_records_right_closed_bins_match_torchmetrics(cifar_record, norm):
         n_bins=15,
         norm=norm,
     ).item()
-    assert expected_calibration_error(labels, probs, norm=norm) == pytest.approx(expected, abs=1e-6)
+    assert metrics.expected_calibration_error(labels, probs, norm=norm) == pytest.approx(
+        expected, abs=1e-6
+    )
 
 
 def test_maximum_calibration_error_is_the_max_norm(cifar_record):
     _, probs, labels = cifar_record
-    assert maximum_calibration_error(labels, probs) == expected_calibration_error(
+    assert metrics.maximum_calibration_error(labels, probs) == metrics.expected_calibration_error(
         labels, probs, norm="max"
     )
 
@@ -127,11 +121,24 @@ def test_positive_mode_matches_torchmetrics_binary(seed, norm):
     expected = binary_calibration_error(
         torch.from_numpy(positive), torch.from_numpy(labels), n_bins=15, norm=norm
     ).item()
-    ours = expected_calibration_error(labels, positive, norm=norm, mode="positive")
+    ours = metrics.expected_calibration_error(labels, positive, norm=norm, mode="positive")
     assert ours == pytest.approx(expected, abs=1e-6)
 
 
 # ------------------------------------------------------------------- Kumar et al. (calibration)
+
+
+def kumar_plugin_l2(probs, labels, mode):
+    """Kumar et al.'s plug-in (not debiased) l2 calibration error on 15 equal-mass bins."""
+    return kumar.lower_bound_scaling_ce(
+        probs,
+        labels,
+        p=2,
+        debias=False,
+        num_bins=15,
+        binning_scheme=kumar.get_equal_prob_bins,
+        mode=mode,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -140,80 +147,64 @@ def test_positive_mode_matches_torchmetrics_binary(seed, norm):
 def test_top_label_matches_kumar(seed, n_classes, dtype):
     probs, labels = random_predictions(seed, n_classes, dtype)
     atol = tolerance(dtype)
-    assert expected_calibration_error(labels, probs) == pytest.approx(
+    assert metrics.expected_calibration_error(labels, probs) == pytest.approx(
         kumar.get_ece(probs, labels, num_bins=15), abs=atol
     )
-    assert expected_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
+    assert metrics.expected_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
         kumar.get_ece_em(probs, labels, num_bins=15), abs=atol
     )
-    plugin_l2 = kumar.lower_bound_scaling_ce(
-        probs,
-        labels,
-        p=2,
-        debias=False,
-        num_bins=15,
-        binning_scheme=kumar.get_equal_prob_bins,
-        mode="top-label",
-    )
-    assert expected_calibration_error(labels, probs, norm="l2") == pytest.approx(
+    plugin_l2 = kumar_plugin_l2(probs, labels, mode="top-label")
+    assert metrics.expected_calibration_error(labels, probs, norm="l2") == pytest.approx(
         plugin_l2, abs=atol
     )
     # get_calibration_error picks the scaling (binned, equal-mass) estimator for
     # continuous outputs; make sure that is the branch being compared.
     assert not kumar.utils.is_discrete(probs.max(axis=1))
     debiased = kumar.get_calibration_error(probs, labels, p=2, debias=True, mode="top-label")
-    assert debiased_calibration_error(labels, probs) == pytest.approx(debiased, abs=atol)
+    assert metrics.debiased_calibration_error(labels, probs) == pytest.approx(debiased, abs=atol)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n_classes", (2, 10))
 def test_classwise_matches_kumar_marginal(seed, n_classes):
     probs, labels = random_predictions(seed, n_classes, np.float64, n_samples=1500)
-    assert classwise_calibration_error(labels, probs) == pytest.approx(
+    assert metrics.classwise_calibration_error(labels, probs) == pytest.approx(
         kumar.get_ece(probs, labels, num_bins=15, mode="marginal"), abs=1e-6
     )
-    assert classwise_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
+    assert metrics.classwise_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
         kumar.get_ece_em(probs, labels, num_bins=15, mode="marginal"), abs=1e-6
     )
-    plugin_l2 = kumar.lower_bound_scaling_ce(
-        probs,
-        labels,
-        p=2,
-        debias=False,
-        num_bins=15,
-        binning_scheme=kumar.get_equal_prob_bins,
-        mode="marginal",
-    )
-    assert classwise_calibration_error(labels, probs, norm="l2") == pytest.approx(
+    plugin_l2 = kumar_plugin_l2(probs, labels, mode="marginal")
+    assert metrics.classwise_calibration_error(labels, probs, norm="l2") == pytest.approx(
         plugin_l2, abs=1e-6
     )
     debiased = kumar.get_calibration_error(probs, labels, p=2, debias=True, mode="marginal")
-    assert debiased_calibration_error(labels, probs, mode="classwise") == pytest.approx(
+    assert metrics.debiased_calibration_error(labels, probs, mode="classwise") == pytest.approx(
         debiased, abs=1e-6
     )
 
 
 def test_classwise_matches_kumar_with_100_classes():
     probs, labels = random_predictions(3, 100, np.float64, n_samples=600)
-    assert classwise_calibration_error(labels, probs) == pytest.approx(
+    assert metrics.classwise_calibration_error(labels, probs) == pytest.approx(
         kumar.get_ece(probs, labels, num_bins=15, mode="marginal"), abs=1e-6
     )
 
 
 def test_classwise_float32_matches_kumar():
     probs, labels = random_predictions(4, 10, np.float32, n_samples=1500)
-    assert classwise_calibration_error(labels, probs) == pytest.approx(
+    assert metrics.classwise_calibration_error(labels, probs) == pytest.approx(
         kumar.get_ece(probs, labels, num_bins=15, mode="marginal"), abs=1e-5
     )
 
 
 def test_records_match_kumar(cifar_record):
     name, probs, labels = cifar_record
-    assert expected_calibration_error(labels, probs) == pytest.approx(
+    assert metrics.expected_calibration_error(labels, probs) == pytest.approx(
         kumar.get_ece(probs, labels, num_bins=15), abs=1e-5
     )
     if probs.shape[1] == 10:  # marginal mode is slow in pure Python for 100 classes
-        assert classwise_calibration_error(labels, probs) == pytest.approx(
+        assert metrics.classwise_calibration_error(labels, probs) == pytest.approx(
             kumar.get_ece(probs, labels, num_bins=15, mode="marginal"), abs=1e-5
         )
     confidence = probs.max(axis=1)
@@ -222,13 +213,13 @@ def test_records_match_kumar(cifar_record):
         # does not. test_quantile_ties_follow_array_split pins our rule down.
         pytest.skip(f"{name}: tied confidences straddle a quantile boundary")
     probs64 = probs.astype(np.float64)
-    assert expected_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
+    assert metrics.expected_calibration_error(labels, probs, strategy="quantile") == pytest.approx(
         kumar.get_ece_em(probs64, labels, num_bins=15), abs=1e-6
     )
     debiased = kumar.lower_bound_scaling_ce(
         probs64, labels, p=2, debias=True, num_bins=15, mode="top-label"
     )
-    assert debiased_calibration_error(labels, probs) == pytest.approx(debiased, abs=1e-6)
+    assert metrics.debiased_calibration_error(labels, probs) == pytest.approx(debiased, abs=1e-6)
 
 
 def test_quantile_ties_follow_array_split(load_record):
@@ -241,7 +232,7 @@ def test_quantile_ties_follow_array_split(load_record):
         len(group) * abs(correct[group].mean() - confidence[group].mean())
         for group in np.array_split(order, 15)
     ) / len(order)
-    ours = expected_calibration_error(labels, probs, strategy="quantile")
+    ours = metrics.expected_calibration_error(labels, probs, strategy="quantile")
     assert ours == pytest.approx(expected, abs=1e-12)
 
 
@@ -256,7 +247,7 @@ def test_binary_bins_match_sklearn_calibration_curve(seed, strategy):
     positive = rng.beta(0.7, 0.7, size=n_samples)
     labels = (rng.uniform(size=n_samples) < positive**1.3).astype(int)
     prob_true, prob_pred = calibration_curve(labels, positive, n_bins=15, strategy=strategy)
-    stats = binned_statistics(labels, positive, strategy=strategy, mode="positive")
+    stats = metrics.binned_statistics(labels, positive, strategy=strategy, mode="positive")
     filled = stats.counts > 0
     np.testing.assert_allclose(stats.accuracy[filled], prob_true, atol=1e-12)
     np.testing.assert_allclose(stats.mean_confidence[filled], prob_pred, atol=1e-12)
@@ -271,7 +262,9 @@ def test_record_binary_bins_match_sklearn(cifar_record, strategy):
     if strategy == "quantile" and not no_ties_at_quantile_boundaries(positive, n_bins):
         pytest.skip(f"{name}: tied probabilities straddle a quantile boundary")
     prob_true, prob_pred = calibration_curve(outcome, positive, n_bins=n_bins, strategy=strategy)
-    stats = binned_statistics(outcome, positive, n_bins=n_bins, strategy=strategy, mode="positive")
+    stats = metrics.binned_statistics(
+        outcome, positive, n_bins=n_bins, strategy=strategy, mode="positive"
+    )
     filled = stats.counts > 0
     np.testing.assert_allclose(stats.accuracy[filled], prob_true, atol=1e-12)
     np.testing.assert_allclose(stats.mean_confidence[filled], prob_pred, atol=1e-12)
@@ -284,10 +277,10 @@ def test_proper_scores_match_sklearn(seed, n_classes, dtype):
     probs, labels = random_predictions(seed, n_classes, dtype)
     classes = np.arange(n_classes)
     rtol = 1e-5 if dtype == np.float32 else 1e-9
-    assert negative_log_likelihood(labels, probs) == pytest.approx(
+    assert metrics.negative_log_likelihood(labels, probs) == pytest.approx(
         log_loss(labels, probs, labels=classes), rel=rtol
     )
-    assert brier_score(labels, probs) == pytest.approx(
+    assert metrics.brier_score(labels, probs) == pytest.approx(
         brier_score_loss(labels, probs, labels=classes, scale_by_half=False), rel=rtol
     )
 
@@ -296,10 +289,10 @@ def test_records_proper_scores_match_sklearn(cifar_record):
     _, probs, labels = cifar_record
     classes = np.arange(probs.shape[1])
     # float32 input: both clip at float32's epsilon
-    assert negative_log_likelihood(labels, probs) == pytest.approx(
+    assert metrics.negative_log_likelihood(labels, probs) == pytest.approx(
         log_loss(labels, probs, labels=classes), rel=1e-5
     )
-    assert brier_score(labels, probs) == pytest.approx(
+    assert metrics.brier_score(labels, probs) == pytest.approx(
         brier_score_loss(labels, probs, labels=classes), rel=1e-5
     )
 
@@ -308,23 +301,23 @@ def test_binary_1d_proper_scores_match_sklearn():
     rng = np.random.default_rng(5)
     positive = rng.uniform(size=1000)
     labels = (rng.uniform(size=1000) < positive).astype(int)
-    assert negative_log_likelihood(labels, positive) == pytest.approx(
+    assert metrics.negative_log_likelihood(labels, positive) == pytest.approx(
         log_loss(labels, positive), rel=1e-12
     )
-    assert brier_score(labels, positive) == pytest.approx(
+    assert metrics.brier_score(labels, positive) == pytest.approx(
         brier_score_loss(labels, positive), rel=1e-12
     )
     # Two columns use the sum over both classes: twice the 1-D value.
     two_columns = np.column_stack([1 - positive, positive])
-    assert brier_score(labels, two_columns) == pytest.approx(
-        2 * brier_score(labels, positive), rel=1e-12
+    assert metrics.brier_score(labels, two_columns) == pytest.approx(
+        2 * metrics.brier_score(labels, positive), rel=1e-12
     )
 
 
 def test_string_labels_match_sklearn():
     probs, labels = random_predictions(0, 3, np.float64, n_samples=300)
     names = np.array(["ant", "bee", "cat"])
-    assert negative_log_likelihood(names[labels], probs, labels=names) == pytest.approx(
+    assert metrics.negative_log_likelihood(names[labels], probs, labels=names) == pytest.approx(
         log_loss(names[labels], probs), rel=1e-12
     )
 
@@ -339,7 +332,7 @@ def test_smooth_ece_matches_relplot(seed, n_classes, dtype):
     probs, labels = random_predictions(seed, n_classes, dtype, n_samples=2000)
     confidence, correct = top_label(probs, labels)
     expected, width = relplot.smECE(confidence, correct, return_width=True)
-    value, bandwidth = smooth_calibration_error(labels, probs, return_bandwidth=True)
+    value, bandwidth = metrics.smooth_calibration_error(labels, probs, return_bandwidth=True)
     assert value == pytest.approx(expected, abs=1e-6)
     assert bandwidth == width
 
@@ -348,7 +341,7 @@ def test_records_smooth_ece_match_relplot(cifar_record):
     _, probs, labels = cifar_record
     confidence, correct = top_label(probs, labels)
     expected, width = relplot.smECE(confidence, correct, return_width=True)
-    value, bandwidth = smooth_calibration_error(labels, probs, return_bandwidth=True)
+    value, bandwidth = metrics.smooth_calibration_error(labels, probs, return_bandwidth=True)
     assert value == pytest.approx(expected, abs=1e-6)
     assert bandwidth == width
 
@@ -361,7 +354,7 @@ def test_smooth_ece_positive_mode_matches_relplot(power):
     positive = rng.uniform(size=20000)
     labels = (rng.uniform(size=20000) < positive**power).astype(float)
     expected, width = relplot.smECE(positive, labels, return_width=True)
-    value, bandwidth = smooth_calibration_error(
+    value, bandwidth = metrics.smooth_calibration_error(
         labels.astype(int), positive, mode="positive", return_bandwidth=True
     )
     assert value == pytest.approx(expected, abs=1e-6)
@@ -373,6 +366,6 @@ def test_smooth_ece_at_fixed_bandwidth_matches_relplot(bandwidth):
     probs, labels = random_predictions(7, 10, np.float64, n_samples=2000)
     confidence, correct = top_label(probs, labels)
     expected = relplot.smECE_sigma(confidence, correct, bandwidth)
-    assert smooth_calibration_error(labels, probs, bandwidth=bandwidth) == pytest.approx(
+    assert metrics.smooth_calibration_error(labels, probs, bandwidth=bandwidth) == pytest.approx(
         expected, abs=1e-6
     )

@@ -9,36 +9,9 @@ from hypothesis import strategies as st
 
 from reliacal.metrics import (
     CalibrationState,
-    accuracy,
     binned_statistics,
-    brier_score,
-    classwise_calibration_error,
-    debiased_calibration_error,
-    expected_calibration_error,
-    maximum_calibration_error,
-    negative_log_likelihood,
-    smooth_calibration_error,
     softmax,
 )
-
-
-def one_shot(labels, probs, n_bins=15):
-    confidence = probs.max(axis=1) if probs.ndim == 2 else np.maximum(probs, 1 - probs)
-    acc = accuracy(labels, probs)
-    return {
-        "accuracy": acc,
-        "ece": expected_calibration_error(labels, probs, n_bins=n_bins),
-        "classwise_ece": classwise_calibration_error(labels, probs, n_bins=n_bins),
-        "mce": maximum_calibration_error(labels, probs, n_bins=n_bins),
-        "nll": negative_log_likelihood(labels, probs),
-        "brier": brier_score(labels, probs),
-        "overconfidence": float(np.mean(confidence, dtype=np.float64)) - acc,
-        "adaptive_ece": expected_calibration_error(
-            labels, probs, n_bins=n_bins, strategy="quantile"
-        ),
-        "debiased_ece": debiased_calibration_error(labels, probs, n_bins=n_bins),
-        "smooth_ece": smooth_calibration_error(labels, probs),
-    }
 
 
 def assert_matches(values, expected):
@@ -46,16 +19,16 @@ def assert_matches(values, expected):
         assert value == pytest.approx(expected[name], rel=1e-12, abs=1e-14), name
 
 
-def test_batches_equal_one_shot_on_a_record(cifar_record):
+def test_batches_equal_one_shot_on_a_record(cifar_record, one_shot_metrics):
     _, probs, labels = cifar_record
     state = CalibrationState(keep_confidences=True)
     for start in range(0, len(labels), 3000):
         state.update(labels[start : start + 3000], probs[start : start + 3000])
     assert state.n_samples == len(labels) and state.n_classes == probs.shape[1]
-    assert_matches(state.compute(), one_shot(labels, probs))
+    assert_matches(state.compute(), one_shot_metrics(labels, probs))
 
 
-def test_merged_workers_equal_one_shot():
+def test_merged_workers_equal_one_shot(one_shot_metrics):
     rng = np.random.default_rng(0)
     probs = softmax(rng.normal(scale=2, size=(900, 6)))
     labels = rng.integers(0, 6, size=900)
@@ -65,7 +38,7 @@ def test_merged_workers_equal_one_shot():
     # States travel between processes as pickles.
     merged = pickle.loads(pickle.dumps(workers[0]))
     merged.merge(workers[1]).merge(pickle.loads(pickle.dumps(workers[2])))
-    expected = one_shot(labels, probs, n_bins=10)
+    expected = one_shot_metrics(labels, probs, n_bins=10)
     values = merged.compute()
     assert set(values) == {
         "accuracy",
@@ -94,13 +67,13 @@ def test_merging_an_empty_state_changes_nothing():
     assert empty.compute() == before
 
 
-def test_binary_1d_and_string_labels():
+def test_binary_1d_and_string_labels(one_shot_metrics):
     rng = np.random.default_rng(2)
     positive = rng.uniform(size=200)
     labels = np.where(rng.uniform(size=200) < positive, "pos", "neg")
     state = CalibrationState(labels=["neg", "pos"], keep_confidences=True)
     state.update(labels[:120], positive[:120]).update(labels[120:], positive[120:])
-    assert_matches(state.compute(), one_shot((labels == "pos").astype(int), positive))
+    assert_matches(state.compute(), one_shot_metrics((labels == "pos").astype(int), positive))
 
 
 def test_compute_a_subset():
@@ -159,11 +132,11 @@ def split_predictions(draw):
 
 @settings(max_examples=60, deadline=None)
 @given(split_predictions(), st.integers(1, 20))
-def test_streaming_equals_one_shot_for_any_split(data, n_bins):
+def test_streaming_equals_one_shot_for_any_split(one_shot_metrics, data, n_bins):
     probs, labels, cuts = data
     state = CalibrationState(n_bins=n_bins, keep_confidences=True)
     bounds = [0, *cuts, len(labels)]
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
         if stop > start:
             state.update(labels[start:stop], probs[start:stop])
-    assert_matches(state.compute(), one_shot(labels, probs, n_bins))
+    assert_matches(state.compute(), one_shot_metrics(labels, probs, n_bins))

@@ -13,36 +13,13 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
-from torch.utils.data import TensorDataset
 
 import reliacal._training.checkpoint as checkpoint_module
 from reliacal._training.checkpoint import save_checkpoint
 from reliacal.finetune.calattn import CalAttnFinetuner
-from reliacal.training import CheckpointError, TrainingConfig, fit_module
+from reliacal.training import CheckpointError, fit_module
 
 REMEDY = "delete the folder"
-
-
-def blobs(n=32):
-    generator = torch.Generator().manual_seed(0)
-    y = torch.arange(n) % 2
-    x = torch.randn(n, 2, generator=generator) * 0.5 + (2.0 * y[:, None] - 1.0) * 2.0
-    return TensorDataset(x, y)
-
-
-def config(checkpoint_dir, **overrides):
-    settings = dict(
-        max_epochs=2,
-        batch_size=8,
-        learning_rate=0.05,
-        warmup_epochs=0,
-        validation_fraction=0.25,
-        random_state=0,
-        device="cpu",
-        checkpoint_dir=str(checkpoint_dir),
-    )
-    settings.update(overrides)
-    return TrainingConfig(**settings)
 
 
 class CountingLoss:
@@ -56,23 +33,39 @@ class CountingLoss:
         return F.cross_entropy(logits, y)
 
 
-def train(checkpoint_dir, **overrides):
-    torch.manual_seed(0)
-    model = nn.Linear(2, 2)
-    fit_module(model, F.cross_entropy, blobs(), config=config(checkpoint_dir, **overrides))
-    return model
+@pytest.fixture
+def run_in(blobs, quick):
+    """``run_in(checkpoint_dir, model=None, loss=F.cross_entropy)``: two epochs that checkpoint.
+
+    The model defaults to a fresh ``nn.Linear(2, 2)``; the trained model is returned.
+    """
+
+    def run(checkpoint_dir, model=None, loss=F.cross_entropy):
+        model = nn.Linear(2, 2) if model is None else model
+        config = quick(max_epochs=2, batch_size=8, checkpoint_dir=str(checkpoint_dir))
+        fit_module(model, loss, blobs(32), config=config)
+        return model
+
+    return run
 
 
 @pytest.fixture
-def finished_run(tmp_path):
+def train(run_in):
+    """``train(checkpoint_dir)``: a seeded run from scratch; returns the trained model."""
+
+    def train(checkpoint_dir):
+        torch.manual_seed(0)
+        return run_in(checkpoint_dir)
+
+    return train
+
+
+@pytest.fixture
+def finished_run(tmp_path, train):
     """A folder holding the checkpoint of a finished two-epoch run, and its weights."""
     folder = tmp_path / "run"
     model = train(folder)
     return folder, model
-
-
-def resume(folder):
-    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config(folder))
 
 
 # The file -------------------------------------------------------------------------------
@@ -94,10 +87,9 @@ def test_checkpoint_is_a_torch_archive_whose_zip_comment_is_its_sha256(finished_
     assert sorted(state) == sorted(CHECKPOINT_ENTRIES)  # what Run._load checks for
 
 
-def test_intact_checkpoint_resumes_to_the_same_weights(finished_run):
+def test_intact_checkpoint_resumes_to_the_same_weights(finished_run, run_in):
     folder, trained = finished_run
-    again = nn.Linear(2, 2)  # other weights: the finished run's checkpoint must win
-    fit_module(again, F.cross_entropy, blobs(), config=config(folder))
+    again = run_in(folder, nn.Linear(2, 2))  # other weights: the checkpoint must win
     for name, value in trained.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=0)
 
@@ -139,7 +131,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
-def test_failed_write_during_training_names_the_file(tmp_path, monkeypatch):
+def test_failed_write_during_training_names_the_file(tmp_path, monkeypatch, train):
     monkeypatch.setattr(checkpoint_module.torch, "save", _full_disk)
     folder = tmp_path / "run"
     with pytest.raises(CheckpointError, match="could not write the checkpoint") as caught:
@@ -170,19 +162,19 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("case", DAMAGE)
-def test_damaged_checkpoint_is_refused_naming_the_file_and_the_fix(finished_run, case):
+def test_damaged_checkpoint_is_refused_naming_the_file_and_the_fix(finished_run, case, run_in):
     folder, _ = finished_run
     damage, what = DAMAGE[case]
     path = folder / "checkpoint.pt"
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(CheckpointError, match=what) as caught:
-        resume(folder)
+        run_in(folder)
     message = str(caught.value)
     assert str(path) in message and REMEDY in message and "checkpoint_dir elsewhere" in message
     assert "weights_only" not in message
 
 
-def test_every_single_flipped_byte_is_refused(finished_run):
+def test_every_single_flipped_byte_is_refused(finished_run, run_in):
     # The issue's case: flips that torch.load accepted, some with different weights.
     folder, _ = finished_run
     path = folder / "checkpoint.pt"
@@ -190,17 +182,17 @@ def test_every_single_flipped_byte_is_refused(finished_run):
     for index in np.linspace(0, len(original) - 1, 25).astype(int):
         path.write_bytes(original[:index] + bytes([original[index] ^ 0x80]) + original[index + 1 :])
         with pytest.raises(CheckpointError):
-            resume(folder)
+            run_in(folder)
 
 
-def test_checkpoint_missing_an_entry_names_it(finished_run):
+def test_checkpoint_missing_an_entry_names_it(finished_run, run_in):
     folder, _ = finished_run
     path = folder / "checkpoint.pt"
     state = torch.load(path, weights_only=True)
     del state["optimizer"]
     save_checkpoint(path, state)  # intact file, incomplete content
     with pytest.raises(CheckpointError, match=r"lacks the entries \['optimizer'\]") as caught:
-        resume(folder)
+        run_in(folder)
     assert REMEDY in str(caught.value)
 
 
@@ -209,12 +201,12 @@ class Payload:
 
 
 def test_checkpoint_with_arbitrary_objects_is_refused_without_suggesting_unsafe_loading(
-    tmp_path,
+    tmp_path, run_in
 ):
     folder = tmp_path / "run"
     save_checkpoint(folder / "checkpoint.pt", {"config": Payload()})
     with pytest.raises(CheckpointError, match="objects other than tensors") as caught:
-        resume(folder)
+        run_in(folder)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert "weights_only" not in str(caught.value)
 
@@ -222,28 +214,34 @@ def test_checkpoint_with_arbitrary_objects_is_refused_without_suggesting_unsafe_
 # Folders -----------------------------------------------------------------------------------
 
 
-def _untrained(checkpoint_dir):
-    loss = CountingLoss()
-    with pytest.raises(CheckpointError) as caught:
-        fit_module(nn.Linear(2, 2), loss, blobs(), config=config(checkpoint_dir))
-    assert loss.calls == 0, "the folder must be checked before training"
-    return str(caught.value)
+@pytest.fixture
+def untrained(run_in):
+    """``untrained(checkpoint_dir)``: the CheckpointError's message, raised before training."""
+
+    def refused(checkpoint_dir):
+        loss = CountingLoss()
+        with pytest.raises(CheckpointError) as caught:
+            run_in(checkpoint_dir, loss=loss)
+        assert loss.calls == 0, "the folder must be checked before training"
+        return str(caught.value)
+
+    return refused
 
 
-def test_checkpoint_dir_that_is_a_file_is_refused_before_training(tmp_path):
+def test_checkpoint_dir_that_is_a_file_is_refused_before_training(tmp_path, untrained):
     target = tmp_path / "run"
     target.write_text("not a folder")
-    message = _untrained(target)
+    message = untrained(target)
     assert f"checkpoint_dir {target} is not a folder" in message
 
 
-def test_checkpoint_dir_below_a_file_is_refused_before_training(tmp_path):
+def test_checkpoint_dir_below_a_file_is_refused_before_training(tmp_path, untrained):
     (tmp_path / "file").write_text("")
-    message = _untrained(tmp_path / "file" / "run")
+    message = untrained(tmp_path / "file" / "run")
     assert f"its ancestor {tmp_path / 'file'} is a file" in message
 
 
-def test_read_only_checkpoint_dir_is_refused_before_training(tmp_path, monkeypatch):
+def test_read_only_checkpoint_dir_is_refused_before_training(tmp_path, monkeypatch, untrained):
     folder = tmp_path / "run"
     folder.mkdir()
     real_access = os.access
@@ -255,24 +253,24 @@ def test_read_only_checkpoint_dir_is_refused_before_training(tmp_path, monkeypat
         return real_access(path, mode, **kwargs)
 
     monkeypatch.setattr(checkpoint_module.os, "access", access)
-    message = _untrained(folder)
+    message = untrained(folder)
     assert f"checkpoint_dir {folder} is not writable" in message
 
 
-def test_checkpoint_dir_in_a_read_only_folder_is_refused_before_training(tmp_path):
+def test_checkpoint_dir_in_a_read_only_folder_is_refused_before_training(tmp_path, untrained):
     parent = tmp_path / "locked"
     parent.mkdir()
     parent.chmod(0o500)
     try:
         if os.access(parent, os.W_OK):
             pytest.skip("this user (root) can write to a read-only folder")
-        message = _untrained(parent / "run")
+        message = untrained(parent / "run")
         assert f"checkpoint_dir {parent / 'run'} is not writable" in message
     finally:
         parent.chmod(0o700)
 
 
-def test_missing_checkpoint_dir_is_created(tmp_path):
+def test_missing_checkpoint_dir_is_created(tmp_path, train):
     train(tmp_path / "a" / "b")
     assert (tmp_path / "a" / "b" / "checkpoint.pt").is_file()
 

@@ -20,28 +20,6 @@ from reliacal.training import TrainingConfig, TrainingDivergedError, fit_module
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 
 
-def blobs(n=64, seed=0, flip=False):
-    """Two well separated Gaussian blobs in 2-D; ``flip`` swaps the labels."""
-    generator = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % 2
-    x = torch.randn(n, 2, generator=generator) * 0.5 + (2.0 * y[:, None] - 1.0) * 2.0
-    return TensorDataset(x, (1 - y) if flip else y)
-
-
-def quick(**overrides):
-    settings = dict(
-        max_epochs=3,
-        batch_size=16,
-        learning_rate=0.05,
-        warmup_epochs=0,
-        validation_fraction=0.25,
-        random_state=0,
-        device="cpu",
-    )
-    settings.update(overrides)
-    return TrainingConfig(**settings)
-
-
 def params_of(module):
     return {name: value.detach().clone() for name, value in module.state_dict().items()}
 
@@ -56,7 +34,16 @@ class Snapshots:
         self.weights[epoch] = params_of(self.module)
 
 
-def test_loss_decreases_on_separable_problem():
+def fit_with_snapshots(model, data, config, **kwargs):
+    """Train ``model`` on cross-entropy; return the result and its weights after each epoch."""
+    snapshots = Snapshots(model)
+    result = fit_module(
+        model, F.cross_entropy, data, config=config, callbacks=[snapshots], **kwargs
+    )
+    return result, snapshots
+
+
+def test_loss_decreases_on_separable_problem(blobs, quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     result = fit_module(model, F.cross_entropy, blobs(), config=quick(max_epochs=8))
@@ -97,7 +84,7 @@ def test_step_and_constant_schedules():
     assert floor == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 11 / 12)) / 2)
 
 
-def test_history_lr_is_the_last_step_of_each_epoch():
+def test_history_lr_is_the_last_step_of_each_epoch(blobs, quick):
     model = nn.Linear(2, 2)
     # 48 training samples / 16 = 3 steps per epoch; warm-up 1 epoch, 3 epochs.
     result = fit_module(
@@ -110,19 +97,16 @@ def test_history_lr_is_the_last_step_of_each_epoch():
 
 
 @pytest.mark.parametrize("metric", ["loss", "accuracy", "ece", "nll"])
-def test_best_checkpoint_weights_are_restored(metric):
+def test_best_checkpoint_weights_are_restored(metric, blobs, quick):
     # Validation labels are the opposite of the training labels: every epoch of
     # training makes the validation score worse, so epoch 1 is the best one.
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
-    snapshots = Snapshots(model)
-    result = fit_module(
+    result, snapshots = fit_with_snapshots(
         model,
-        F.cross_entropy,
         blobs(seed=1),
+        quick(max_epochs=4, selection_metric=metric, learning_rate=0.02),
         validation_data=blobs(seed=2, flip=True),
-        config=quick(max_epochs=4, selection_metric=metric, learning_rate=0.02),
-        callbacks=[snapshots],
     )
     scores = [entry[f"val_{metric}"] for entry in result.history]
     pick = np.argmax if metric == "accuracy" else np.argmin
@@ -134,7 +118,7 @@ def test_best_checkpoint_weights_are_restored(metric):
         torch.testing.assert_close(value, snapshots.weights[best][name], rtol=0, atol=0)
 
 
-def test_validation_ece_matches_torchmetrics():
+def test_validation_ece_matches_torchmetrics(quick):
     from torchmetrics.functional.classification import multiclass_calibration_error
 
     torch.manual_seed(0)
@@ -162,7 +146,7 @@ def test_validation_ece_matches_torchmetrics():
     assert best["val_loss"] == pytest.approx(float(expected_nll), rel=1e-5)
 
 
-def test_early_stopping_stops_after_patience():
+def test_early_stopping_stops_after_patience(blobs, quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     result = fit_module(
@@ -178,12 +162,12 @@ def test_early_stopping_stops_after_patience():
     assert result.stopped_early
 
 
-def test_no_early_stop_flag_when_max_epochs_reached():
+def test_no_early_stop_flag_when_max_epochs_reached(blobs, quick):
     result = fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=quick(max_epochs=2))
     assert not result.stopped_early and len(result.history) == 2
 
 
-def test_ema_matches_hand_computed_two_step_average():
+def test_ema_matches_hand_computed_two_step_average(quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     initial = params_of(model)
@@ -238,23 +222,18 @@ class TiedNet(nn.Module):
         return self.decode(torch.tanh(self.encode(x)))
 
 
-def test_ema_with_tied_weights_returns_the_average_under_every_name():
+def test_ema_with_tied_weights_returns_the_average_under_every_name(blobs, quick):
     torch.manual_seed(0)
     model = TiedNet()
-    snapshots = Snapshots(model)
-    fit_module(
-        model,
-        F.cross_entropy,
-        blobs(),
-        config=quick(max_epochs=2, ema_decay=0.9, validation_fraction=0),
-        callbacks=[snapshots],
+    _, snapshots = fit_with_snapshots(
+        model, blobs(), quick(max_epochs=2, ema_decay=0.9, validation_fraction=0)
     )
     assert model.decode.weight is model.encode.weight
     # The EMA after 6 steps stays close to the start, unlike the raw weights.
     assert not torch.equal(model.encode.weight.detach(), snapshots.weights[2]["encode.weight"])
 
 
-def test_frozen_parameters_stay_unchanged():
+def test_frozen_parameters_stay_unchanged(blobs, quick):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 2))
     model[0].requires_grad_(False)
@@ -283,7 +262,7 @@ class NaNAtStep:
         return loss
 
 
-def test_nan_loss_raises_and_restores_last_good_weights():
+def test_nan_loss_raises_and_restores_last_good_weights(blobs, quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     before_step = {}
@@ -314,7 +293,7 @@ class _BreaksAboveNorm(nn.Module):
         return self.linear(x) * torch.where(broken, float("nan"), 1.0)
 
 
-def test_weights_broken_by_the_previous_update_are_replaced_by_the_ones_before_it():
+def test_weights_broken_by_the_previous_update_are_replaced_by_the_ones_before_it(blobs, quick):
     torch.manual_seed(0)
     model = _BreaksAboveNorm()
     before_step = []
@@ -335,7 +314,7 @@ def test_weights_broken_by_the_previous_update_are_replaced_by_the_ones_before_i
     assert torch.isfinite(model(torch.randn(4, 2))).all()
 
 
-def test_non_finite_gradient_and_corrupted_buffers_are_caught():
+def test_non_finite_gradient_and_corrupted_buffers_are_caught(quick):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
     x = torch.randn(32, 2)
@@ -361,7 +340,7 @@ def test_non_finite_gradient_and_corrupted_buffers_are_caught():
         assert torch.equal(value, before_step[-1][name])
 
 
-def test_infinite_gradient_with_finite_loss_is_caught():
+def test_infinite_gradient_with_finite_loss_is_caught(blobs, quick):
     model = nn.Linear(2, 2)
 
     def sqrt_loss(outputs, y):
@@ -389,7 +368,7 @@ class InterruptAfter:
             raise KeyboardInterrupt
 
 
-def test_resumed_run_ends_with_the_same_weights(tmp_path):
+def test_resumed_run_ends_with_the_same_weights(tmp_path, blobs, quick):
     config = quick(
         max_epochs=4,
         batch_size=8,
@@ -441,7 +420,7 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
         torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=1e-7)
 
 
-def test_checkpoint_from_another_configuration_is_refused(tmp_path):
+def test_checkpoint_from_another_configuration_is_refused(tmp_path, blobs, quick):
     config = quick(max_epochs=1, checkpoint_dir=str(tmp_path))
     fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
     other = quick(max_epochs=1, learning_rate=0.5, checkpoint_dir=str(tmp_path))
@@ -464,7 +443,7 @@ class Recorder(nn.Module):
         return self.linear(x - 1000.0 * (x.abs() > 500).float())
 
 
-def test_train_transform_applies_in_training_only():
+def test_train_transform_applies_in_training_only(blobs, quick):
     model = Recorder()
     fit_module(
         model,
@@ -508,7 +487,7 @@ class DictPairNet(PairNet):
         return {"logits": super().forward(x)}
 
 
-def test_tuple_inputs_and_logits_fn():
+def test_tuple_inputs_and_logits_fn(quick):
     torch.manual_seed(0)
     seen = []
 
@@ -528,7 +507,7 @@ def test_tuple_inputs_and_logits_fn():
     assert 0.0 <= result.history[-1]["val_ece"] <= 1.0
 
 
-def test_outputs_that_are_not_logits_need_logits_fn_or_loss_selection():
+def test_outputs_that_are_not_logits_need_logits_fn_or_loss_selection(blobs, quick):
     class DictNet(nn.Linear):
         def forward(self, x):
             return {"logits": super().forward(x)}
@@ -544,24 +523,17 @@ def test_outputs_that_are_not_logits_need_logits_fn_or_loss_selection():
     assert "val_loss" in result.history[0] and "val_ece" not in result.history[0]
 
 
-def test_without_validation_the_last_weights_are_kept():
+def test_without_validation_the_last_weights_are_kept(blobs, quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
-    snapshots = Snapshots(model)
-    result = fit_module(
-        model,
-        F.cross_entropy,
-        blobs(),
-        config=quick(validation_fraction=0),
-        callbacks=[snapshots],
-    )
+    result, snapshots = fit_with_snapshots(model, blobs(), quick(validation_fraction=0))
     assert result.best_epoch == 3 and math.isnan(result.best_score)
     assert not any(key.startswith("val_") for key in result.history[0])
     for name, value in model.state_dict().items():
         assert torch.equal(value, snapshots.weights[3][name])
 
 
-def test_verbose_progress_and_logging(caplog, capsys):
+def test_verbose_progress_and_logging(caplog, capsys, blobs, quick):
     with caplog.at_level("INFO", logger="reliacal"):
         fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=quick(max_epochs=2, verbose=2))
     messages = [record.getMessage() for record in caplog.records]
@@ -569,7 +541,7 @@ def test_verbose_progress_and_logging(caplog, capsys):
     assert "epochs" in capsys.readouterr().err
 
 
-def test_callback_can_stop_training():
+def test_callback_can_stop_training(blobs, quick):
     result = fit_module(
         nn.Linear(2, 2),
         F.cross_entropy,
@@ -580,7 +552,7 @@ def test_callback_can_stop_training():
     assert len(result.history) == 2 and result.stopped_early
 
 
-def test_random_state_makes_fits_reproducible_and_leaves_global_rng_alone():
+def test_random_state_makes_fits_reproducible_and_leaves_global_rng_alone(blobs, quick):
     def run(random_state):
         torch.manual_seed(0)
         model = DropoutNet()
@@ -599,7 +571,7 @@ def test_random_state_makes_fits_reproducible_and_leaves_global_rng_alone():
     assert torch.equal(torch.rand(3), expected_next)
 
 
-def test_mixed_precision_is_a_no_op_on_cpu():
+def test_mixed_precision_is_a_no_op_on_cpu(blobs, quick):
     def run(mixed_precision):
         torch.manual_seed(0)
         model = nn.Linear(2, 2)
@@ -631,7 +603,7 @@ def test_invalid_config_raises(overrides, message):
         TrainingConfig(**overrides)
 
 
-def test_invalid_inputs_raise():
+def test_invalid_inputs_raise(blobs, quick):
     with pytest.raises(ValueError, match="requires_grad"):
         fit_module(nn.Linear(2, 2).requires_grad_(False), F.cross_entropy, blobs(), config=quick())
     with pytest.raises(ValueError, match="n_iter_no_change"):
@@ -674,7 +646,7 @@ def test_two_process_ddp_equals_single_process(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixed_precision", ["auto", "fp16", False])
-def test_cuda_training_with_mixed_precision(mixed_precision):
+def test_cuda_training_with_mixed_precision(mixed_precision, blobs, quick):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2))
     config = quick(max_epochs=6, device="cuda", mixed_precision=mixed_precision, ema_decay=0.5)
@@ -687,7 +659,7 @@ def test_cuda_training_with_mixed_precision(mixed_precision):
 
 @pytest.mark.gpu
 @pytest.mark.gpu
-def test_cuda_nan_guard_and_resume(tmp_path):
+def test_cuda_nan_guard_and_resume(tmp_path, blobs, quick):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     with pytest.raises(TrainingDivergedError):
