@@ -475,6 +475,12 @@ class AdaptiveTS(BaseCalibrator):
         Cache of the backbone outputs, e.g. for a grid search.
     verbose : int, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
+    label_key : str, default="labels"
+        Backbone mode: the key of the labels when a Dataset or DataLoader
+        yields Hugging Face style mappings (``{"input_ids",
+        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+        other entries go to the model. ``"label"`` suits a ``datasets``
+        column read with the default collation.
 
     Attributes
     ----------
@@ -588,6 +594,7 @@ class AdaptiveTS(BaseCalibrator):
         mixed_precision: bool = False,
         memory=None,
         verbose: int = 0,
+        label_key: str = "labels",
     ):
         self.n_logits = n_logits
         self.latent_dim = latent_dim
@@ -611,6 +618,7 @@ class AdaptiveTS(BaseCalibrator):
         self.mixed_precision = mixed_precision
         self.memory = memory
         self.verbose = verbose
+        self.label_key = label_key
 
     # ------------------------------------------------------------ base hooks
     def _split_columns(self, X: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:

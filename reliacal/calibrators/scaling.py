@@ -184,6 +184,12 @@ class VectorScaling(_LogitScaling):
         Cache of the backbone outputs.
     verbose : int, default=0
         Progress output of the backbone pass.
+    label_key : str, default="labels"
+        Backbone mode: the key of the labels when a Dataset or DataLoader
+        yields Hugging Face style mappings (``{"input_ids",
+        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+        other entries go to the model. ``"label"`` suits a ``datasets``
+        column read with the default collation.
 
     Attributes
     ----------
@@ -246,6 +252,7 @@ class VectorScaling(_LogitScaling):
         mixed_precision: bool = False,
         memory=None,
         verbose: int = 0,
+        label_key: str = "labels",
     ):
         self.reg_bias = reg_bias
         self.max_iter = max_iter
@@ -258,6 +265,7 @@ class VectorScaling(_LogitScaling):
         self.mixed_precision = mixed_precision
         self.memory = memory
         self.verbose = verbose
+        self.label_key = label_key
 
     def _coef_shape(self, n_classes):
         return (n_classes,)
@@ -322,6 +330,12 @@ class MatrixScaling(_LogitScaling):
         Cache of the backbone outputs.
     verbose : int, default=0
         Progress output of the backbone pass.
+    label_key : str, default="labels"
+        Backbone mode: the key of the labels when a Dataset or DataLoader
+        yields Hugging Face style mappings (``{"input_ids",
+        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+        other entries go to the model. ``"label"`` suits a ``datasets``
+        column read with the default collation.
 
     Attributes
     ----------
@@ -390,6 +404,7 @@ class MatrixScaling(_LogitScaling):
         mixed_precision: bool = False,
         memory=None,
         verbose: int = 0,
+        label_key: str = "labels",
     ):
         self.reg_off_diagonal = reg_off_diagonal
         self.reg_bias = reg_bias
@@ -403,6 +418,7 @@ class MatrixScaling(_LogitScaling):
         self.mixed_precision = mixed_precision
         self.memory = memory
         self.verbose = verbose
+        self.label_key = label_key
 
     def _check_fit_inputs(self, features, logits):
         n_samples, n_classes = logits.shape

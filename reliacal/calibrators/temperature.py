@@ -370,6 +370,12 @@ class TemperatureScaling(BaseCalibrator):
         Cache of the backbone outputs.
     verbose : int, default=0
         Progress output of the backbone pass.
+    label_key : str, default="labels"
+        Backbone mode: the key of the labels when a Dataset or DataLoader
+        yields Hugging Face style mappings (``{"input_ids",
+        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+        other entries go to the model. ``"label"`` suits a ``datasets``
+        column read with the default collation.
 
     Attributes
     ----------
@@ -441,6 +447,7 @@ class TemperatureScaling(BaseCalibrator):
         mixed_precision: bool = False,
         memory=None,
         verbose: int = 0,
+        label_key: str = "labels",
     ):
         self.objective = objective
         self.tol = tol
@@ -453,6 +460,7 @@ class TemperatureScaling(BaseCalibrator):
         self.mixed_precision = mixed_precision
         self.memory = memory
         self.verbose = verbose
+        self.label_key = label_key
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         if self.objective == "ece":

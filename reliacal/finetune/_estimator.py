@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from torch import nn
 from torch.utils.data import Dataset
 
-from reliacal._data import make_loader
+from reliacal._data import make_loader, split_batch
 from reliacal._device import to_device
 from reliacal._torch_estimator import training_config
 from reliacal.calibrators import ClassLabelMixin
@@ -71,7 +71,8 @@ class FinetuneEstimator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         try:
             module.to(device).eval()
             with torch.no_grad():
-                for x, y in loader:
+                for batch in loader:
+                    x, y = split_batch(batch)
                     x = to_device(x, device)
                     # default_collate turns a tuple of input tensors into a list; models
                     # expect the tuple.

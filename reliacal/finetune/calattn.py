@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset
+from reliacal._data import as_dataset, check_label_key, check_ordered
 from reliacal._device import resolve_device
 from reliacal._torch_estimator import seeded_torch
 from reliacal.backbones import BackboneAdapter, BackboneOutput, as_backbone
@@ -320,6 +320,12 @@ mixed_precision, checkpoint_dir, device, verbose
         The label of each logit column. ``None``: integer labels in
         ``[0, K)`` are the column indices; other labels must be exactly K
         distinct values (sorted order gives the columns).
+    label_key : str, default="labels"
+        The key of the labels when a Dataset or DataLoader yields Hugging
+        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
+        ``{"pixel_values", "labels"}``); the other entries go to the model.
+        ``"label"`` suits a ``datasets`` column read with the default
+        collation.
 
     Attributes
     ----------
@@ -402,6 +408,7 @@ mixed_precision, checkpoint_dir, device, verbose
         verbose: int = 0,
         train_transform: Any = None,
         classes: Any = None,
+        label_key: str = "labels",
     ) -> None:
         self.backbone = backbone
         self.token = token
@@ -430,6 +437,7 @@ mixed_precision, checkpoint_dir, device, verbose
         self.verbose = verbose
         self.train_transform = train_transform
         self.classes = classes
+        self.label_key = label_key
 
     # Fitting -----------------------------------------------------------------------------
 
@@ -455,6 +463,7 @@ mixed_precision, checkpoint_dir, device, verbose
             raise ValueError(
                 "freeze_backbone=True with calibration_head=False leaves nothing to train"
             )
+        check_label_key(self.label_key)
         if self.train_transform is not None and not callable(self.train_transform):
             raise ValueError("train_transform must be a callable applied to a batch, or None")
 
@@ -510,7 +519,7 @@ mixed_precision, checkpoint_dir, device, verbose
                 self.random_state if isinstance(self.random_state, numbers.Integral) else seed
             ),
         )
-        dataset, labels = as_dataset(X, y, require_y=True)
+        dataset, labels = as_dataset(X, y, require_y=True, label_key=self.label_key)
         self._reset()
         try:
             self._fit(X, dataset, labels, base, seed, config)
@@ -586,7 +595,9 @@ mixed_precision, checkpoint_dir, device, verbose
         arrays without labels).
         """
         if not isinstance(data, torch.utils.data.Dataset):
-            data, _ = as_dataset(data)
+            # Rows come back in the data's order: a shuffling loader's cannot be recovered.
+            check_ordered(data)
+            data, _ = as_dataset(data, label_key=self.label_key)
         outputs, labels = self._run_batches(
             self.module_, data, _float64_outputs, resolve_device(self.device), keep_labels=True
         )
@@ -597,7 +608,7 @@ mixed_precision, checkpoint_dir, device, verbose
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
             check_is_fitted(self, "module_")
-            outputs, y_index = self._run(as_dataset(X)[0])
+            outputs, y_index = self._run(as_dataset(X, label_key=self.label_key)[0])
             return self._probabilities(outputs.calibrated_logits, True), self.classes_[y_index]
         raise ValueError("y is required to score array inputs")
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import DataLoader, Dataset
 
-from reliacal._data import as_dataset, dataset_labels
+from reliacal._data import as_dataset, check_label_key, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._torch_estimator import seeded_torch
 from reliacal.backbones import as_backbone
@@ -187,6 +187,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
+    label_key : str, default="labels"
+        The key of the labels when a Dataset or DataLoader yields Hugging
+        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
+        ``{"pixel_values", "labels"}``); the other entries go to the model.
+        ``"label"`` suits a ``datasets`` column read with the default
+        collation.
 
     Attributes
     ----------
@@ -258,6 +264,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         random_state: int | None = None,
         verbose: int = 0,
         classes: Any = None,
+        label_key: str = "labels",
     ):
         self.backbone = backbone
         self.depth = depth
@@ -282,6 +289,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.classes = classes
+        self.label_key = label_key
 
     # Validation ------------------------------------------------------------------------------
 
@@ -290,6 +298,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
             raise ValueError(
                 "backbone is required: pass the pre-trained transformer to reconfigure"
             )
+        check_label_key(self.label_key)
         _check_positive_int("depth", self.depth)
         _check_positive_int("n_samples", self.n_samples)
         if not (isinstance(self.reconfigure, str) and self.reconfigure == "all"):
@@ -335,7 +344,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         if y is None and isinstance(X, Dataset | DataLoader):
             # Labels in dataset order, the order predict_proba runs in (a shuffling
             # DataLoader would otherwise pair each prediction with another label).
-            dataset, _ = as_dataset(X)
+            dataset, _ = as_dataset(X, label_key=self.label_key)
             return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
         return super()._predict_proba_with_labels(X, y)
 
@@ -368,7 +377,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         if k > n_blocks:
             raise ValueError(f"reconfigure={k} exceeds the backbone's {n_blocks} blocks")
 
-        dataset, y_checked = as_dataset(X, y, require_y=True)
+        dataset, y_checked = as_dataset(X, y, require_y=True, label_key=self.label_key)
         if y_checked is None:
             self._fit_dataset_labels(dataset, n_classes)
         else:
@@ -426,7 +435,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
         """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``."""
         check_is_fitted(self, "model_")
         n_samples = self._n_samples(n_samples)
-        dataset, _ = as_dataset(X)
+        # Rows come back in the data's order: a shuffling loader's cannot be recovered.
+        check_ordered(X)
+        dataset, _ = as_dataset(X, label_key=self.label_key)
         device = resolve_device(self.device)
         forward = functools.partial(
             _sampled_moments, n_samples=n_samples, generator=self._generator(device)
