@@ -673,3 +673,9 @@ def _given_classes(path: Path, given, labels: np.ndarray) -> np.ndarray:
                 "numbers"
             ) from None
     return classes
+
+
+# WordNet glosses: the loader lives in its own module (one job each); it is part of this API.
+from reliacal._wordnet import load_wordnet_glosses  # noqa: E402
+
+__all__ += ["load_wordnet_glosses"]
