@@ -70,7 +70,7 @@ from sklearn.utils.validation import (
 )
 from torch.utils.data import DataLoader, Dataset
 
-from .._data import as_dataset, check_ordered
+from .._data import DEFAULT_LABEL_KEY, as_dataset, check_ordered
 from .._validation import check_logits, check_probabilities, encode_labels
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
@@ -348,6 +348,10 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         "verbose": ["verbose"],
         "label_key": [str],
     }
+
+    # Subclasses written before label_key existed do not take it: they read mapping
+    # batches with the default key.
+    label_key = DEFAULT_LABEL_KEY
 
     # ---------------------------------------------------------------- hooks
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
