@@ -74,6 +74,7 @@ run).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -135,6 +136,8 @@ class Budget:
     learning_rate: float = 1e-4
     warmup_epochs: float = 0.2
     adaptive_members: int = 5
+    # Progress bars of the fine-tunings (2: per batch, which shows the step time).
+    verbose: int = 0
 
 
 QUICK = Budget(
@@ -334,6 +337,7 @@ def finetuner(budget: Budget, seed: int, n_classes: int, *, head: bool, lambda_b
         selection_metric="nll",
         device="cpu",
         random_state=seed,
+        verbose=budget.verbose,
     )
 
 
@@ -525,6 +529,7 @@ def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
         validation_fraction=VALIDATION_FRACTION,
         device="cpu",
         random_state=seed,
+        verbose=budget.verbose,
         **n_paths_kwargs(N_PATHS),
     )
     _, director_fit_s = timed(director.fit, train)
@@ -778,6 +783,7 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", action="store_true", help="only rebuild the table")
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun, data.adj")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--verbose", type=int, default=0, help="2: per-batch progress bars")
     parser.add_argument("--output", type=Path, default=RESULTS / "text_wordnet.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -786,7 +792,7 @@ def main(argv=None) -> None:
     )
     SEED_DIR.mkdir(parents=True, exist_ok=True)
     if not args.merge:
-        budget = QUICK if args.quick else Budget()
+        budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
         for seed in args.seed if args.seed else [0]:
             result = run_seed(seed, budget, args.wordnet_dir, lambda m: print(m, flush=True))
             seed_path(seed, args.quick).write_text(json.dumps(result, indent=1))
