@@ -323,3 +323,42 @@ def test_extract_outputs_leaves_a_model_in_eval_mode_in_eval_mode():
     model = tiny_bert()
     extract_outputs(model, dict_loader(), device="cpu")
     assert not any(module.training for module in model.modules())
+
+
+def test_fit_module_trains_on_dict_items_as_on_pairs():
+    """The shared training loop splits mapping batches itself (labels under 'labels')."""
+    from reliacal.training import TrainingConfig, fit_module
+
+    class BagOfWords(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.embedding = torch.nn.EmbeddingBag(VOCAB, 4)
+            self.out = torch.nn.Linear(4, K)
+
+        def forward(self, x):
+            return self.out(self.embedding(x["input_ids"]))
+
+    config = TrainingConfig(
+        max_epochs=2, batch_size=8, validation_fraction=0.25, device="cpu", random_state=0
+    )
+    weights = []
+    for data in (DictItems(), PairItems()):
+        module = BagOfWords()
+        result = fit_module(module, torch.nn.functional.cross_entropy, data, config=config)
+        assert len(result.history) == 2 and np.isfinite(result.history[-1]["val_nll"])
+        weights.append(module.out.weight.detach().clone())
+    torch.testing.assert_close(weights[0], weights[1])
+    with pytest.raises(ValueError, match="without the label key 'labels'"):
+        fit_module(BagOfWords(), torch.nn.functional.cross_entropy, DictItems(None), config=config)
+
+
+def test_shuffling_distributed_sampler_is_refused_at_prediction():
+    from torch.utils.data import DistributedSampler
+
+    from reliacal._data import check_ordered
+
+    data = PairItems()
+    check_ordered(DataLoader(data, sampler=DistributedSampler(data, 1, 0, shuffle=False)))
+    with pytest.raises(ValueError, match=r"DataLoader shuffles \(DistributedSampler\)"):
+        check_ordered(DataLoader(data, sampler=DistributedSampler(data, 1, 0, shuffle=True)))
