@@ -2,10 +2,13 @@
 
 Every estimator that runs a network accepts the same three forms of raw
 input: arrays (numpy or torch, with ``y`` beside them), a torch ``Dataset``
-yielding ``(x, y)`` pairs, or a ``DataLoader`` yielding ``(x, y)`` batches.
-This module is the one place that validates them and turns each into a
-``Dataset`` of ``(x, y)`` pairs, so that the training loop and the backbone
-feature extraction see a single form.
+or a ``DataLoader``. A Dataset's items (a DataLoader's batches) are
+``(x, y)`` pairs, or Hugging Face style mappings that hold the inputs and
+the labels under one key (``{"input_ids", "attention_mask", "labels"}``,
+``{"pixel_values", "labels"}``). This module is the one place that validates
+them and turns each into batches of ``(inputs, labels)`` pairs
+(:func:`split_batch`), so that the training loop and the backbone feature
+extraction see a single form.
 """
 
 from __future__ import annotations
@@ -15,15 +18,189 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Subset,
+    TensorDataset,
+)
 from torch.utils.data._utils.collate import default_collate
 
-__all__ = ["MISSING_LABEL", "as_dataset", "collate_fn_of", "dataset_labels", "make_loader"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "DEFAULT_LABEL_KEY",
+    "MISSING_LABEL",
+    "as_dataset",
+    "check_label_key",
+    "check_ordered",
+    "collate_fn_of",
+    "dataset_labels",
+    "make_loader",
+    "split_batch",
+]
 
 #: Label yielded by :func:`as_dataset` for arrays given without ``y``: every
 #: dataset item stays an ``(x, y)`` pair, so consumers never guess whether the
 #: second element of a pair is a label or a second input.
 MISSING_LABEL = -1
+
+#: Key of the labels in mapping items and batches: what Hugging Face models
+#: and ``transformers.DataCollatorWithPadding`` use.
+DEFAULT_LABEL_KEY = "labels"
+
+#: The item and batch forms a Dataset or DataLoader may yield (for error messages).
+ACCEPTED_FORMS = (
+    "(x, y) pairs such as ((input_1, input_2), y) or ({'input_ids': ..., ...}, y), or "
+    "mappings holding the inputs and the labels under label_key, e.g. {'input_ids', "
+    "'attention_mask'[, 'token_type_ids'], 'labels'} or {'pixel_values', 'labels'}"
+)
+
+
+def check_label_key(label_key: Any) -> str:
+    """Return ``label_key`` if it is a non-empty string, else raise ``ValueError``."""
+    if not isinstance(label_key, str) or not label_key:
+        raise ValueError(f"label_key must be a non-empty string; got {label_key!r}")
+    return label_key
+
+
+def _leading_length(inputs: Any) -> int:
+    """Rows of the first tensor inside (nested) inputs; 1 for a single item."""
+    while isinstance(inputs, Mapping | list | tuple) and len(inputs):
+        inputs = next(iter(inputs.values())) if isinstance(inputs, Mapping) else inputs[0]
+    shape = getattr(inputs, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
+def split_batch(
+    batch: Any, label_key: str = DEFAULT_LABEL_KEY, *, require_labels: bool = False
+) -> tuple[Any, Any]:
+    """Return ``(inputs, labels)`` of one batch (or one item) in any accepted form.
+
+    The one function every loop over user data calls, so that all estimators
+    accept the same forms (:data:`ACCEPTED_FORMS`):
+
+    - a pair ``(x, y)`` (a list or tuple of two elements, which is what
+      PyTorch's ``default_collate`` makes of ``(x, y)`` items) is returned
+      as it is;
+    - a mapping (a dict, or a ``transformers.BatchEncoding``) gives
+      ``inputs``, a dict of every entry but ``label_key``, and ``labels``,
+      the entry under ``label_key``. A mapping without that key gives
+      labels :data:`MISSING_LABEL` (one per row), enough for prediction.
+
+    Parameters
+    ----------
+    batch : tuple, list or mapping
+        What a Dataset item or a DataLoader batch is.
+    label_key : str, default="labels"
+        Key of the labels in a mapping.
+    require_labels : bool, default=False
+        Raise when a mapping has no ``label_key`` (fitting needs labels).
+
+    Returns
+    -------
+    inputs : Any
+        What the model reads (a tensor, a tuple of tensors, a dict).
+    labels : Any
+        Class indices (a tensor for a batch).
+
+    Raises
+    ------
+    ValueError
+        Any other form, a mapping with nothing but the labels, or a missing
+        label key with ``require_labels=True``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> batch = {"input_ids": torch.ones(2, 5, dtype=torch.long), "labels": torch.tensor([1, 0])}
+    >>> inputs, labels = split_batch(batch)
+    >>> sorted(inputs), labels.tolist()
+    (['input_ids'], [1, 0])
+    >>> split_batch({"pixel_values": torch.zeros(3, 1, 2, 2)})[1].tolist()
+    [-1, -1, -1]
+    """
+    if isinstance(batch, Mapping):
+        inputs = {key: value for key, value in batch.items() if key != label_key}
+        if not inputs:
+            raise ValueError(
+                f"the mapping holds only the labels ({label_key!r}): it needs the model inputs "
+                "beside them"
+            )
+        if label_key in batch:
+            return inputs, batch[label_key]
+        if require_labels:
+            raise ValueError(
+                f"the data yields mappings without the label key {label_key!r} (keys: "
+                f"{sorted(map(str, batch))}); put the labels under {label_key!r} or set "
+                "label_key to the key that holds them"
+            )
+        return inputs, torch.full((_leading_length(inputs),), MISSING_LABEL)
+    if isinstance(batch, list | tuple) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise ValueError(f"the Dataset/DataLoader must yield {ACCEPTED_FORMS}; got {_describe(batch)}")
+
+
+def _describe(batch: Any) -> str:
+    described = f"a {type(batch).__name__}"
+    if isinstance(batch, list | tuple):
+        described += f" of {len(batch)} elements"
+    return described
+
+
+class _SplittingCollate:
+    """A collate function whose batches are ``(inputs, labels)`` pairs.
+
+    A class, not a closure: DataLoader workers and the output cache pickle it.
+    """
+
+    def __init__(self, collate_fn, label_key: str):
+        self.collate_fn = collate_fn
+        self.label_key = label_key
+
+    def __call__(self, items: list[Any]) -> tuple[Any, Any]:
+        return split_batch(self.collate_fn(items), self.label_key)
+
+
+def check_ordered(X: Any) -> None:
+    """Refuse a shuffling DataLoader where rows are returned in the data's order.
+
+    Predictions follow the order in which the data is read; a loader that
+    shuffles gives an order the caller cannot recover, so the rows could not
+    be matched with their inputs. Anything that is not a DataLoader passes.
+
+    Raises
+    ------
+    ValueError
+        ``X`` is a DataLoader with ``shuffle=True`` (a ``RandomSampler``) or a
+        shuffling ``DistributedSampler``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> data = TensorDataset(torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
+    >>> check_ordered(DataLoader(data, shuffle=False))
+    >>> check_ordered(DataLoader(data, shuffle=True))
+    Traceback (most recent call last):
+    ...
+    ValueError: the DataLoader shuffles (RandomSampler): predictions would come in an order ...
+    """
+    if not isinstance(X, DataLoader):
+        return
+    samplers = [X.sampler, getattr(X.batch_sampler, "sampler", None)]
+    for sampler in samplers:
+        shuffles = isinstance(sampler, RandomSampler) or (
+            isinstance(sampler, DistributedSampler) and sampler.shuffle
+        )
+        if shuffles:
+            raise ValueError(
+                f"the DataLoader shuffles ({type(sampler).__name__}): predictions would come in "
+                "an order that cannot be matched with the inputs; pass a DataLoader with "
+                "shuffle=False (or its dataset)"
+            )
 
 
 class _ArrayDataset(Dataset):
@@ -100,8 +277,50 @@ def _dataset_length(dataset: Dataset) -> int | None:
         return None
 
 
+def _first_item(dataset: Dataset) -> Any:
+    """The first item of a map-style dataset, or None when it cannot be read cheaply."""
+    if isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return dataset[0]
+    except Exception:  # a dataset indexed otherwise: its batches are checked when read
+        return None
+
+
+def _normalised(
+    dataset: Dataset, collate_fn, label_key: str, require_y: bool, what: str
+) -> Dataset:
+    """``dataset`` made to yield ``(inputs, labels)`` batches through ``make_loader``.
+
+    ``collate_fn`` is the user's (None for PyTorch's default). Data whose
+    batches are pairs stays as it is (the dataset keeps its fast label paths
+    and the loader's own ``collate_fn``); batches that are mappings, which a
+    custom ``collate_fn`` may also build from other items (a tokenising
+    collator), go through :func:`split_batch` after collation, with
+    ``label_key`` bound.
+    """
+    if collate_fn is None and collate_fn_of(dataset) is not None:
+        return dataset  # normalised already (a split of a dataset from as_dataset)
+    item = _first_item(dataset)
+    if item is not None:
+        # One collated item tells the batches' form (a custom collate_fn may tokenise).
+        batch = item if collate_fn is None else collate_fn([item])
+        if isinstance(batch, Mapping):
+            split_batch(batch, label_key, require_labels=require_y)
+        else:
+            try:
+                split_batch(batch, label_key)
+            except ValueError:
+                kind = "items" if collate_fn is None else "batches"
+                raise ValueError(
+                    f"the {what} must yield {ACCEPTED_FORMS}; its {kind} are {_describe(batch)}"
+                ) from None
+            return dataset if collate_fn is None else _CollatedDataset(dataset, collate_fn)
+    return _CollatedDataset(dataset, _SplittingCollate(collate_fn or default_collate, label_key))
+
+
 def as_dataset(
-    X: Any, y: Any = None, *, require_y: bool = False
+    X: Any, y: Any = None, *, require_y: bool = False, label_key: str = DEFAULT_LABEL_KEY
 ) -> tuple[Dataset, np.ndarray | None]:
     """Validate raw inputs and return a torch ``Dataset`` of ``(x, y)`` pairs.
 
@@ -112,15 +331,22 @@ def as_dataset(
           ``(n, L)``: floating values become float32, integers int64;
         - a dict of equal-length arrays, e.g. ``{"input_ids": ..., "attention_mask": ...}``
           for text models: each item's ``x`` is then a dict;
-        - a ``Dataset`` yielding ``(x, y)`` pairs (``y`` must then be None);
-        - a ``DataLoader`` yielding ``(x, y)`` batches (``y`` must then be None);
+        - a ``Dataset`` yielding ``(x, y)`` pairs or mappings with the labels
+          under ``label_key`` (``y`` must then be None);
+        - a ``DataLoader`` yielding such batches (``y`` must then be None);
           its dataset is returned, carrying the loader's ``collate_fn`` so that
           :func:`make_loader` batches it the same way.
+
+        Batches of the returned dataset made by :func:`make_loader` are
+        ``(inputs, labels)`` pairs whatever the form (see :func:`split_batch`).
     y : array-like of shape (n,), optional
         Labels for array inputs. Without them every item's label is
         :data:`MISSING_LABEL` (-1).
     require_y : bool, default=False
-        Raise when array inputs come without labels (``fit`` needs them).
+        Raise when array inputs come without labels, or mapping items
+        without ``label_key`` (``fit`` needs them).
+    label_key : str, default="labels"
+        Key of the labels in mapping items and batches.
 
     Returns
     -------
@@ -135,7 +361,8 @@ def as_dataset(
     ------
     ValueError
         Empty data, ``len(X) != len(y)``, ``y`` given beside a Dataset or
-        DataLoader, missing ``y`` with ``require_y=True``, non-numeric arrays.
+        DataLoader, missing ``y`` with ``require_y=True``, non-numeric arrays,
+        items in none of the accepted forms.
 
     Examples
     --------
@@ -144,7 +371,21 @@ def as_dataset(
     >>> x, label = dataset[1]
     >>> x.dtype, x.shape, int(label), len(dataset)
     (torch.float32, torch.Size([3, 8, 8]), 1, 4)
+
+    Hugging Face style items come out of :func:`make_loader` as pairs:
+
+    >>> import torch
+    >>> class Glosses(torch.utils.data.Dataset):
+    ...     def __len__(self):
+    ...         return 4
+    ...     def __getitem__(self, i):
+    ...         return {"input_ids": torch.arange(3), "labels": torch.tensor(i)}
+    >>> dataset, _ = as_dataset(Glosses())
+    >>> inputs, labels = next(iter(make_loader(dataset, batch_size=4)))
+    >>> sorted(inputs), tuple(inputs["input_ids"].shape), labels.tolist()
+    (['input_ids'], (4, 3), [0, 1, 2, 3])
     """
+    label_key = check_label_key(label_key)
     if isinstance(X, DataLoader):
         if y is not None:
             raise ValueError(
@@ -153,15 +394,14 @@ def as_dataset(
         dataset = X.dataset
         if _dataset_length(dataset) == 0:
             raise ValueError("the DataLoader's dataset is empty")
-        if X.collate_fn is not default_collate:
-            dataset = _CollatedDataset(dataset, X.collate_fn)
-        return dataset, None
+        collate_fn = None if X.collate_fn is default_collate else X.collate_fn
+        return _normalised(dataset, collate_fn, label_key, require_y, "DataLoader"), None
     if isinstance(X, Dataset):
         if y is not None:
             raise ValueError("y must be None when X is a Dataset: it yields (x, y) pairs")
         if _dataset_length(X) == 0:
             raise ValueError("the Dataset X is empty")
-        return X, None
+        return _normalised(X, None, label_key, require_y, "Dataset"), None
     if X is None:
         raise ValueError("X is None: pass an array, a Dataset or a DataLoader")
     if isinstance(X, Mapping):
@@ -274,7 +514,9 @@ def _labels_to_numpy(parts: list[Any]) -> np.ndarray:
     return np.asarray(values)
 
 
-def dataset_labels(data: Dataset | DataLoader, *, batch_size: int = 256) -> np.ndarray:
+def dataset_labels(
+    data: Dataset | DataLoader, *, batch_size: int = 256, label_key: str = DEFAULT_LABEL_KEY
+) -> np.ndarray:
     """Return the labels of a dataset (or loader) of ``(x, y)`` pairs, in order.
 
     Arrays wrapped by :func:`as_dataset`, a ``TensorDataset`` ``(X, y)`` and
@@ -288,6 +530,8 @@ def dataset_labels(data: Dataset | DataLoader, *, batch_size: int = 256) -> np.n
         Yields ``(x, y)`` pairs (or batches).
     batch_size : int, default=256
         Batch size used when a Dataset must be iterated.
+    label_key : str, default="labels"
+        Key of the labels in the batches of a DataLoader that yields mappings.
 
     Returns
     -------
@@ -315,9 +559,7 @@ def dataset_labels(data: Dataset | DataLoader, *, batch_size: int = 256) -> np.n
     loader = data if isinstance(data, DataLoader) else make_loader(data, batch_size)
     parts = []
     for batch in loader:
-        if not isinstance(batch, list | tuple) or len(batch) != 2:
-            raise ValueError("the data must yield (x, y) pairs to read labels from it")
-        parts.append(batch[1])
+        parts.append(split_batch(batch, label_key, require_labels=True)[1])
     if not parts:
         raise ValueError("the data is empty: no labels to read")
     return _labels_to_numpy(parts)

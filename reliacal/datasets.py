@@ -4,7 +4,8 @@ Scikit-learn's bundled digits as small images, a tiny timm Vision Transformer
 for them, a fixed train / calibration / test split, and the plain
 cross-entropy training run (through the shared loop in
 :mod:`reliacal.training`). Prediction files written by other tools are read
-by :mod:`reliacal.io`.
+by :mod:`reliacal.io`; WordNet glosses (a real text task) by
+:func:`load_wordnet_glosses`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+# The WordNet loader lives in its own module (one job each) and is part of this API.
+from reliacal._wordnet import load_wordnet_glosses
 
 # Prediction-file reading moved to reliacal.io; these names stay importable from here for
 # code written before the move.
@@ -29,6 +33,7 @@ __all__ = [
     "DataSplits",
     "default_digits_training_config",
     "load_digits_images",
+    "load_wordnet_glosses",
     "make_tiny_bert",
     "make_tiny_vit",
     "train_calibration_test_split",

@@ -11,6 +11,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.utils.data import DataLoader
 
+from reliacal._data import split_batch
 from reliacal._device import to_device
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
 
@@ -65,7 +66,8 @@ def evaluate(
     all_logits, all_y = [], []
     why_not: str | None = None
     try:
-        for x, y in loader:
+        for batch in loader:
+            x, y = split_batch(batch, require_labels=True)
             x, y = as_input(to_device(x, device)), to_device(y, device)
             with autocast():
                 outputs = module(x) if params is None else functional_call(module, params, (x,))

@@ -46,7 +46,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from tqdm.auto import tqdm
 
-from reliacal._data import collate_fn_of
+from reliacal._data import collate_fn_of, split_batch
 from reliacal._device import resolve_device, to_device
 from reliacal._training.checkpoint import (
     check_checkpoint_dir,
@@ -261,7 +261,8 @@ class Run:
         )
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = torch.zeros((), dtype=torch.float64, device=self.device)
-        for step, (x, y) in enumerate(batches):
+        for step, batch in enumerate(batches):
+            x, y = split_batch(batch, require_labels=True)
             x, y = as_input(to_device(x, self.device)), to_device(y, self.device)
             if self.transform is not None:
                 x = self.transform(x)

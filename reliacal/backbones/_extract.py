@@ -15,7 +15,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .._data import _labels_to_numpy, as_dataset, make_loader
+from .._data import (
+    DEFAULT_LABEL_KEY,
+    _labels_to_numpy,
+    as_dataset,
+    check_label_key,
+    make_loader,
+    split_batch,
+)
 from .._device import resolve_device, to_device
 from ._base import BackboneAdapter
 
@@ -62,7 +69,7 @@ def _data_digest(X: Any) -> str:
     return joblib.hash(X)
 
 
-def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool) -> str:
+def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool, label_key: str) -> str:
     return joblib.hash(
         (
             type(adapter).__module__,
@@ -72,17 +79,10 @@ def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool) -> str:
             _weights_digest(adapter),
             _data_digest(X),
             bool(mixed_precision),
+            # Which entry of a mapping is the label (and so not an input).
+            label_key,
         )
     )
-
-
-def _split_batch(batch: Any) -> tuple[Any, Any]:
-    if not isinstance(batch, list | tuple) or len(batch) != 2:
-        raise ValueError(
-            "the Dataset/DataLoader must yield (x, y) pairs; for several inputs yield "
-            "((input_1, input_2), y) or ({'input_ids': ..., ...}, y)"
-        )
-    return batch[0], batch[1]
 
 
 def _autocast(device: torch.device, mixed_precision: bool):
@@ -98,10 +98,13 @@ def _run_backbone(
     device: torch.device,
     mixed_precision: bool,
     verbose: int,
+    label_key: str = DEFAULT_LABEL_KEY,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     first_parameter = next(adapter.parameters(), None)
     home = first_parameter.device if first_parameter is not None else torch.device("cpu")
-    was_training = adapter.training
+    # Per module: a fresh adapter is in train mode around a model in eval mode, and
+    # restoring the adapter's flag alone would switch the model's dropout on.
+    modes = [(module, module.training) for module in adapter.modules()]
     pooled_parts, logits_parts, label_parts = [], [], []
     try:
         adapter.eval()
@@ -109,7 +112,7 @@ def _run_backbone(
         progress = tqdm(loader, desc="backbone", disable=not verbose, leave=False)
         with torch.no_grad():
             for batch in progress:
-                x, y = _split_batch(batch)
+                x, y = split_batch(batch, label_key)
                 with _autocast(device, mixed_precision):
                     output = adapter(to_device(x, device))
                 pooled_parts.append(output.pooled.float().cpu())
@@ -119,7 +122,8 @@ def _run_backbone(
         # Leave the model where the caller keeps it: an estimator that stores it must
         # unpickle on a CPU-only machine.
         adapter.to(home)
-        adapter.train(was_training)
+        for module, training in modes:
+            module.train(training)
     if not pooled_parts:
         raise ValueError("the data yielded no batches: at least one sample is needed")
     pooled = torch.cat(pooled_parts).numpy()
@@ -135,8 +139,9 @@ def _cached_run(
     device: torch.device,
     mixed_precision: bool,
     verbose: int,
+    label_key: str,
 ):
-    return _run_backbone(adapter, loader, device, mixed_precision, verbose)
+    return _run_backbone(adapter, loader, device, mixed_precision, verbose, label_key)
 
 
 def _check_memory(memory: Any) -> joblib.Memory | None:
@@ -159,6 +164,7 @@ def extract_outputs(
     mixed_precision: bool = False,
     memory: Any = None,
     verbose: int = 0,
+    label_key: str = DEFAULT_LABEL_KEY,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run a frozen backbone once over the data; return pooled features, logits and labels.
 
@@ -173,7 +179,10 @@ def extract_outputs(
         Anything :func:`as_backbone` accepts.
     X : array-like, dict of arrays, Dataset or DataLoader
         Raw inputs (images or token ids) as accepted by
-        :func:`reliacal._data.as_dataset`. A DataLoader is iterated as it is
+        :func:`reliacal._data.as_dataset`: a Dataset or DataLoader yields
+        ``(x, y)`` pairs or Hugging Face style mappings
+        (``{"input_ids", "attention_mask", "labels"}``,
+        ``{"pixel_values", "labels"}``). A DataLoader is iterated as it is
         (its own batch size and order); ``batch_size`` then has no effect.
     y : array-like of shape (n,), optional
         Labels of array inputs (a Dataset or DataLoader yields its own).
@@ -196,6 +205,9 @@ def extract_outputs(
         only a folder that you trust and that no one else can write to.
     verbose : int, default=0
         Show a tqdm progress bar over the batches when > 0.
+    label_key : str, default="labels"
+        Key of the labels in mapping items or batches (not passed to the
+        model); a mapping without it has no labels (``y`` is then -1s).
 
     Returns
     -------
@@ -237,15 +249,16 @@ def extract_outputs(
             raise ValueError(
                 "y must be None when X is a DataLoader: the loader yields (x, y) batches"
             )
-        as_dataset(X)  # validates that the loader is not empty
+        as_dataset(X, label_key=label_key)  # validates the loader's form and size
         loader, given_y = X, None
     else:
-        dataset, given_y = as_dataset(X, y)
+        dataset, given_y = as_dataset(X, y, label_key=label_key)
         loader = make_loader(dataset, batch_size)
     labels_from_data = isinstance(X, Dataset | DataLoader)
     device = resolve_device(device)
     mixed_precision = bool(mixed_precision) and device.type == "cuda"
     memory = _check_memory(memory)
+    label_key = check_label_key(label_key)
 
     run_kwargs = dict(
         adapter=adapter,
@@ -253,11 +266,12 @@ def extract_outputs(
         device=device,
         mixed_precision=mixed_precision,
         verbose=verbose,
+        label_key=label_key,
     )
     key = None
     if memory is not None:
         try:
-            key = _cache_key(adapter, X, mixed_precision)
+            key = _cache_key(adapter, X, mixed_precision, label_key)
         except Exception as error:  # joblib raises many kinds of pickling errors
             warnings.warn(
                 f"memory= is ignored: the data could not be hashed for the cache key ({error!r})",

@@ -75,7 +75,9 @@ from sklearn.utils.validation import (
     column_or_1d,
     validate_data,
 )
+from torch.utils.data import DataLoader, Dataset
 
+from .._data import DEFAULT_LABEL_KEY, as_dataset, check_ordered
 from .._docstrings import shared_doc
 from .._validation import check_logits, check_probabilities, encode_labels
 from ._parameters import spell_out_init_signature, with_base_parameters_doc
@@ -396,6 +398,12 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         else can write to.
     verbose : int, default=0
         Show progress when > 0.
+    label_key : str, default="labels"
+        Backbone mode: the key of the labels when a Dataset or DataLoader
+        yields Hugging Face style mappings (``{"input_ids",
+        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+        other entries go to the model. ``"label"`` suits a ``datasets``
+        column read with the default collation.
 
     Attributes
     ----------
@@ -425,6 +433,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         mixed_precision: bool = False,
         memory=None,
         verbose: int = 0,
+        label_key: str = DEFAULT_LABEL_KEY,
     ):
         self.input = input
         self.classes = classes
@@ -434,6 +443,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         self.mixed_precision = mixed_precision
         self.memory = memory
         self.verbose = verbose
+        self.label_key = label_key
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -458,7 +468,12 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         "mixed_precision": ["boolean"],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "verbose": ["verbose"],
+        "label_key": [str],
     }
+
+    # Subclasses written before label_key existed do not take it: they read mapping
+    # batches with the default key.
+    label_key = DEFAULT_LABEL_KEY
 
     # ---------------------------------------------------------------- hooks
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
@@ -510,6 +525,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             mixed_precision=self.mixed_precision,
             memory=self.memory,
             verbose=self.verbose,
+            label_key=self.label_key,
         )
         return pooled, check_logits(logits, name="backbone logits"), y
 
@@ -524,6 +540,9 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
                 from ..backbones import as_backbone
 
                 self.backbone_ = as_backbone(self.backbone)
+                if isinstance(X, Dataset | DataLoader):
+                    # Fitting needs labels: mapping items must hold label_key.
+                    as_dataset(X, require_y=True, label_key=self.label_key)
             features, logits, y = self._backbone_outputs(X, y)
         else:
             features, logits = self._logits_mode_inputs(X, reset=reset)
@@ -544,6 +563,9 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
     def _transform_inputs(self, X: Any, y: Any = None):
         """Validated ``(features, logits, y)`` of a fitted calibrator."""
         check_is_fitted(self, "classes_")
+        if self.backbone is not None:
+            # Rows come back in the loader's order: it must be one the caller knows.
+            check_ordered(X)
         features, logits, y = self._validated_inputs(X, y, reset=False)
         if logits.shape[1] != self.classes_.shape[0]:
             raise ValueError(

@@ -2,7 +2,7 @@
 
 :class:`~reliacal.calibrators.BaseCalibrator` takes the base parameters
 (``input``, ``classes``, ``backbone``, ``batch_size``, ``device``,
-``mixed_precision``, ``memory``, ``verbose``) in its own ``__init__``. A
+``mixed_precision``, ``memory``, ``verbose``, ``label_key``) in its own ``__init__``. A
 calibrator lists only its own parameters and passes the rest on::
 
     def __init__(self, objective="nll", *, tol=1e-6, **base_params):
@@ -57,7 +57,13 @@ memory : joblib.Memory, str or path, default=None
     which can run code: give only a folder that you trust and that no one
     else can write to.
 verbose : int, default=0
-    Progress output of the backbone pass."""
+    Progress output of the backbone pass.
+label_key : str, default="labels"
+    Backbone mode: the key of the labels when a Dataset or DataLoader
+    yields Hugging Face style mappings (``{"input_ids",
+    "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
+    other entries go to the model. ``"label"`` suits a ``datasets``
+    column read with the default collation."""
 
 #: The numpydoc paragraphs of the fitted attributes every calibrator sets.
 BASE_ATTRIBUTES_DOC = """\

@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from reliacal._data import as_dataset, make_loader
+from reliacal._data import DEFAULT_LABEL_KEY, as_dataset, make_loader, split_batch
 from reliacal._device import resolve_device, to_device
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
 from reliacal.calibrators import ClassLabelMixin
@@ -69,6 +69,7 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         random_state: Any = None,
         verbose: int | bool = 0,
         classes: Any = None,
+        label_key: str = DEFAULT_LABEL_KEY,
     ) -> None:
         self.batch_size = batch_size
         self.validation_fraction = validation_fraction
@@ -79,6 +80,7 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         self.random_state = random_state
         self.verbose = verbose
         self.classes = classes
+        self.label_key = label_key
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -90,12 +92,13 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         "validation_fraction": TRAINING_CONSTRAINTS["validation_fraction"],
         "random_state": TRAINING_CONSTRAINTS["random_state"],
         "classes": ["array-like", None],
+        "label_key": [str],
     }
 
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
         """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values."""
         resolve_device(self.device)  # a device name torch does not know fails here, clearly
-        dataset, labels = as_dataset(X, y, require_y=True)
+        dataset, labels = as_dataset(X, y, require_y=True, label_key=self.label_key)
         check_finite_inputs(X)
         return dataset, labels
 
@@ -164,7 +167,8 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         try:
             module.to(device).eval()
             with torch.no_grad():
-                for x, y in loader:
+                for batch in loader:
+                    x, y = split_batch(batch)
                     x = to_device(x, device)
                     # default_collate turns a tuple of input tensors into a list; models
                     # expect the tuple.

