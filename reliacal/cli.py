@@ -388,7 +388,7 @@ def _shared_classes(calibration, evaluation, n_classes: int):
 def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_logits: bool) -> Any:
     """The calibrator of ``--method``; a cross-validated search when no --reg-* is given."""
     from reliacal.calibrators import MatrixScaling, TemperatureScaling, VectorScaling
-    from reliacal.calibrators.scaling import tuned_scaling
+    from reliacal.calibrators.scaling import check_matrix_size, tuned_scaling
 
     shared = {"input": "logits" if use_logits else "probs", "classes": classes}
     off_diagonal, bias = arguments.reg_off_diagonal, arguments.reg_bias
@@ -402,6 +402,10 @@ def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_log
         if bias is None:
             return tuned_scaling(VectorScaling(**shared))
         return VectorScaling(reg_bias=bias, **shared)
+    try:
+        check_matrix_size(len(classes))
+    except ValueError as error:
+        raise UserError(f"{error}; from the command: --method vector or temperature") from None
     if off_diagonal is None and bias is None:
         return tuned_scaling(MatrixScaling(**shared), values=_MATRIX_PENALTIES)
     return MatrixScaling(reg_off_diagonal=off_diagonal or 0.0, reg_bias=bias or 0.0, **shared)

@@ -547,6 +547,24 @@ def test_a_calibrator_refusal_inside_the_search_is_one_line(capsys, halves, monk
     assert not [line for line in err if "warning" in line], err
 
 
+def test_matrix_scaling_of_thousands_of_classes_is_refused_before_the_search(
+    capsys, tmp_path, monkeypatch
+):
+    from sklearn.model_selection import GridSearchCV
+
+    def no_search(self, *args, **kwargs):  # the size check must come before any fold
+        raise AssertionError("the penalty search ran")
+
+    monkeypatch.setattr(GridSearchCV, "fit", no_search)
+    rng = np.random.default_rng(0)
+    n_classes = 3162  # 3162^2 + 3162 parameters, over the default budget of 10^7
+    probs = rng.dirichlet(np.ones(n_classes), size=40).astype(np.float32)
+    labels = rng.integers(0, n_classes, size=40)
+    folder = write_split(tmp_path, probs, labels, slice(20), slice(20, 40))
+    status, out, err = calibrate(capsys, folder, "--method", "matrix")
+    assert_one_line_error(status, out, err, "10,001,406 parameters", "--method vector")
+
+
 @pytest.mark.slow
 def test_evaluate_adds_at_most_the_file_size_in_memory(tmp_path):
     """Peak resident memory of ``evaluate`` beyond its imports: at most twice the file."""

@@ -28,7 +28,7 @@ from threadpoolctl import threadpool_limits
 from ..metrics import nll_scorer
 from ._base import BaseCalibrator, ConvergenceWarning
 
-__all__ = ["MatrixScaling", "VectorScaling", "tuned_scaling"]
+__all__ = ["MatrixScaling", "VectorScaling", "check_matrix_size", "tuned_scaling"]
 
 # L-BFGS-B stops by default once an iteration lowers the loss by < 2.2e-9 relative,
 # which leaves probabilities ~1e-4 from the optimum along flat directions; stop on
@@ -236,6 +236,39 @@ class VectorScaling(_LogitScaling):
         return 0.0, np.einsum("ij,ij->j", logit_gradient, logits)
 
 
+def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:
+    """Refuse matrix scaling of ``n_classes`` classes beyond ``max_parameters`` (``K^2 + K``).
+
+    Called by :meth:`MatrixScaling.fit` before anything is allocated, and by
+    the command before it searches penalties (whose folds fail in other ways
+    when thousands of classes have few rows each).
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter count, the memory a fit would take and the
+        alternatives.
+
+    Examples
+    --------
+    >>> check_matrix_size(100)
+    >>> check_matrix_size(10_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: MatrixScaling with K = 10000 classes has 100,010,000 parameters ...
+    """
+    n_parameters = n_classes * (n_classes + 1)
+    if n_parameters > max_parameters:
+        raise ValueError(
+            f"MatrixScaling with K = {n_classes} classes has {n_parameters:,} parameters "
+            f"(K^2 + K), more than max_parameters={max_parameters:,}; the fit would "
+            f"need about {n_parameters * _BYTES_PER_PARAMETER / 1e9:.3g} GB. Use "
+            "VectorScaling (2K parameters) or TemperatureScaling (one), or raise "
+            f"max_parameters if the memory is there (at most {_LBFGS_MAX_PARAMETERS:,}, "
+            "what SciPy's L-BFGS-B can address)"
+        )
+
+
 class MatrixScaling(_LogitScaling):
     r"""Matrix scaling ``p = softmax(W z + b)``; Dirichlet calibration with ``input="probs"``.
 
@@ -329,16 +362,8 @@ class MatrixScaling(_LogitScaling):
 
     def _check_fit_inputs(self, features, logits):
         n_samples, n_classes = logits.shape
+        check_matrix_size(n_classes, self.max_parameters)
         n_parameters = n_classes * (n_classes + 1)
-        if n_parameters > self.max_parameters:
-            raise ValueError(
-                f"MatrixScaling with K = {n_classes} classes has {n_parameters:,} parameters "
-                f"(K^2 + K), more than max_parameters={self.max_parameters:,}; the fit would "
-                f"need about {n_parameters * _BYTES_PER_PARAMETER / 1e9:.3g} GB. Use "
-                "VectorScaling (2K parameters) or TemperatureScaling (one), or raise "
-                f"max_parameters if the memory is there (at most {_LBFGS_MAX_PARAMETERS:,}, "
-                "what SciPy's L-BFGS-B can address)"
-            )
         # The K^2 weights are what overfit; the K intercepts alone do not.
         if self.reg_off_diagonal == 0 and n_parameters * _SAMPLES_PER_PARAMETER > n_samples:
             warnings.warn(
