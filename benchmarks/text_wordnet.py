@@ -346,17 +346,17 @@ def finetuner(budget: Budget, seed: int, n_classes: int, *, head: bool, lambda_b
 
 def fitted_transformer(model: CalAttnFinetuner):
     """The fine-tuned Hugging Face model inside a fitted CalAttnFinetuner."""
-    return model.module_.backbone.model
+    return model.network_.backbone.model
 
 
 def fitted_director_network(director: DiffusionReconfigurer) -> torch.nn.Module:
     """The student network of a fitted DiffusionReconfigurer (the deployed model)."""
-    return director.model_
+    return director.network_
 
 
 def n_paths_kwargs(n: int) -> dict:
     """DIRECTOR's number of sampled paths at prediction (the one place that names it)."""
-    return {"n_samples": n}
+    return {"n_draws": n}
 
 
 def timed(function, *args, **kwargs):
@@ -537,17 +537,17 @@ def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
     )
     _, director_fit_s = timed(director.fit, train)
     for paths in (1, N_PATHS):
-        kwargs = n_paths_kwargs(paths)
+        director.set_params(**n_paths_kwargs(paths))  # a prediction option of the constructor
         proba, test_s = {}, None
         for part in ("test", "shift", "ood"):
             proba[part], seconds = timed(
-                director.predict_proba, loader(data, part, 4 * budget.batch_size), **kwargs
+                director.predict_proba, loader(data, part, 4 * budget.batch_size)
             )
             test_s = seconds if part == "test" else test_s
         predictions = Predictions(proba["test"], proba["shift"], proba["ood"])
         if paths > 1:  # the same seeded paths as predict_proba's
             predictions.mi_test, predictions.mi_ood = (
-                director.uncertainty(loader(data, part, 4 * budget.batch_size), **kwargs)[
+                director.uncertainty(loader(data, part, 4 * budget.batch_size))[
                     "mutual_information"
                 ].to_numpy()
                 for part in ("test", "ood")
