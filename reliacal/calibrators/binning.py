@@ -84,10 +84,7 @@ class HistogramBinning(OneVsRestCalibrator):
         the log-odds at which bins 1, 2, ... start (bin 0 lies below).
     values_ : list of ndarray
         Per binning, the calibrated probability of each bin.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------

@@ -140,10 +140,7 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
         ``(w_1, w_2, w_3)``: temperature-scaled, uncalibrated, uniform.
     n_iter_ : int
         Passes over the data of the temperature fit.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------

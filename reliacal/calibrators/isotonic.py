@@ -60,10 +60,7 @@ class IsotonicCalibration(OneVsRestCalibrator):
         calibration scores, increasing.
     values_ : list of ndarray
         Per map, the fitted non-decreasing probabilities at ``knots_``.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------

@@ -365,6 +365,27 @@ def test_platt_warns_when_the_scores_separate_the_classes():
     assert np.isfinite(smoothed.coef_[0])
 
 
+@pytest.mark.parametrize(
+    ("calibrator", "fit_name"),
+    [
+        (PlattScaling, "PlattScaling: the logistic fit"),
+        (BetaCalibration, "BetaCalibration: the fit"),
+    ],
+)
+def test_newton_maps_name_the_unconverged_maps(calibrator, fit_name):
+    # Three classes; only class 0 is separated from the rest by its one-vs-rest log-odds.
+    rng = np.random.default_rng(7)
+    y = np.repeat([0, 1, 2], 40)
+    logits = rng.normal(size=(120, 3))
+    logits[:, 0] = np.where(y == 0, 5.0, -5.0) + rng.uniform(-1, 1, size=120)
+    with pytest.warns(ConvergenceWarning) as caught:
+        fitted = calibrator(max_iter=20).fit(logits, y)
+    (warning,) = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert str(warning.message).startswith(f"{fit_name} of map(s) [0] did not converge")
+    assert "max_iter=20 Newton steps" in str(warning.message)
+    assert fitted.n_iter_ == 20 and fitted.intercept_.shape == (3,)
+
+
 @pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
 def test_integer_sample_weights_equal_repeated_samples(estimator):
     rng = np.random.default_rng(5)
