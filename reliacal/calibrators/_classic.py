@@ -30,11 +30,13 @@ from collections.abc import Callable
 import numpy as np
 from sklearn.utils.validation import validate_data
 
+from .._docstrings import fill_doc
 from .._validation import check_logits, to_numpy
 from ._base import BaseCalibrator, ConvergenceWarning
 from ._logistic import LogisticFit
 
 __all__ = [
+    "CLASSIC_NOTES_DOC",
     "ClassicCalibrator",
     "OneVsRestCalibrator",
     "fit_logistic_maps",
@@ -42,6 +44,18 @@ __all__ = [
 ]
 
 _TINY = np.finfo(np.float64).tiny
+
+#: The Notes paragraph every classic calibrator's docstring takes at its
+#: ``{classic_notes}`` line (true of all of them through ClassicCalibrator).
+CLASSIC_NOTES_DOC = """\
+Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
+(their logs are the logits); or 1-D binary scores ``(n,)``, each the
+logit (log-odds) of the positive class ``classes_[1]`` (with
+``input="probs"``: its probability). ``decision_function`` returns the
+log of the calibrated probabilities (``log`` of the smallest normal
+float64 for a probability of 0). The ``check_estimator`` checks waived
+by design are those of every logit calibrator
+(``_expected_failed_checks()`` lists them with reasons)."""
 
 
 def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
@@ -82,6 +96,11 @@ class ClassicCalibrator(BaseCalibrator):
     Subclasses implement ``_fit_core`` and ``_calibrated_proba(features,
     logits) -> (n, K)`` probabilities.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # Filled before BaseCalibrator's own markers and waived-checks note.
+        cls.__doc__ = fill_doc(cls.__doc__, {"classic_notes": CLASSIC_NOTES_DOC})
+        super().__init_subclass__(**kwargs)
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:
         raise NotImplementedError

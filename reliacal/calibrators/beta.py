@@ -83,14 +83,9 @@ class BetaCalibration(OneVsRestCalibrator):
 
     Notes
     -----
-    Input forms: logits ``(n, K)`` (``p = softmax(z)``); probabilities with
-    ``input="probs"``; or 1-D binary scores ``(n,)``, each the logit
-    (log-odds) of the positive class ``classes_[1]`` (with ``input="probs"``:
-    its probability). ``ln p`` and ``ln(1 - p)`` are computed from the
+    {classic_notes}
+    With ``p = softmax(z)``, ``ln p`` and ``ln(1 - p)`` are computed from the
     log-odds, so probabilities that round to 1 keep their information.
-    ``decision_function`` returns the log of the calibrated probabilities.
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
 
     Examples
     --------

@@ -92,14 +92,9 @@ class HistogramBinning(OneVsRestCalibrator):
 
     Notes
     -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
-    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
-    class ``classes_[1]`` (with ``input="probs"``: its probability).
-    ``decision_function`` returns the log of the calibrated probabilities.
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons),
-    and in top-label mode ``check_classifiers_one_label``, since the
-    predicted class is mostly kept.
+    {classic_notes}
+    In top-label mode ``check_classifiers_one_label`` is waived too, since
+    the predicted class is mostly kept.
 
     Examples
     --------

@@ -148,15 +148,9 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
 
     Notes
     -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
-    (their logs are the logits); or 1-D binary scores ``(n,)``, each the
-    logit (log-odds) of the positive class ``classes_[1]`` (with
-    ``input="probs"``: its probability). ``decision_function`` returns the
-    log of the calibrated probabilities. The ``check_estimator`` checks
-    waived by design are those of every logit calibrator
-    (``_expected_failed_checks()`` lists them with reasons), and
-    ``check_classifiers_one_label``, since like temperature scaling the
-    mixture keeps the predicted class.
+    {classic_notes}
+    ``check_classifiers_one_label`` is waived too, since like temperature
+    scaling the mixture keeps the predicted class.
 
     Examples
     --------

@@ -69,13 +69,7 @@ class IsotonicCalibration(OneVsRestCalibrator):
 
     Notes
     -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
-    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
-    class ``classes_[1]`` (with ``input="probs"``: its probability).
-    ``decision_function`` returns the log of the calibrated probabilities
-    (``log`` of the smallest normal float64 for a probability of 0).
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
+    {classic_notes}
 
     Examples
     --------

@@ -26,6 +26,7 @@ from reliacal.calibrators import (
     IsotonicCalibration,
     PlattScaling,
 )
+from reliacal.calibrators._classic import CLASSIC_NOTES_DOC
 
 CLASSIC = [
     PlattScaling(),
@@ -384,6 +385,16 @@ def test_newton_maps_name_the_unconverged_maps(calibrator, fit_name):
     assert str(warning.message).startswith(f"{fit_name} of map(s) [0] did not converge")
     assert "max_iter=20 Newton steps" in str(warning.message)
     assert fitted.n_iter_ == 20 and fitted.intercept_.shape == (3,)
+
+
+@pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
+def test_docstring_holds_the_shared_input_forms_note(estimator):
+    doc = type(estimator).__doc__
+    assert "{classic_notes}" not in doc
+    notes = doc[doc.index("    Notes\n") : doc.index("    Examples\n")]
+    # The shared paragraph, whatever its indentation, once in the Notes section.
+    flat = " ".join(notes.split())
+    assert flat.count(" ".join(CLASSIC_NOTES_DOC.split())) == 1
 
 
 @pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
