@@ -45,9 +45,12 @@ __all__ = [
 
 _TINY = np.finfo(np.float64).tiny
 
-#: The Notes paragraph every classic calibrator's docstring takes at its
-#: ``{classic_notes}`` line (true of all of them through ClassicCalibrator).
+#: The Notes section (header included) every classic calibrator's docstring
+#: takes at its ``{classic_notes}`` line (true of all of them through
+#: ClassicCalibrator); a calibrator may add sentences after the line.
 CLASSIC_NOTES_DOC = """\
+Notes
+-----
 Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
 (their logs are the logits); or 1-D binary scores ``(n,)``, each the
 logit (log-odds) of the positive class ``classes_[1]`` (with

@@ -81,8 +81,6 @@ class BetaCalibration(OneVsRestCalibrator):
     --------
     PlattScaling : the two-parameter logistic map (``a = b``).
 
-    Notes
-    -----
     {classic_notes}
     With ``p = softmax(z)``, ``ln p`` and ``ln(1 - p)`` are computed from the
     log-odds, so probabilities that round to 1 keep their information.

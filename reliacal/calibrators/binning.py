@@ -90,8 +90,6 @@ class HistogramBinning(OneVsRestCalibrator):
     --------
     IsotonicCalibration : a step map whose bins are fitted.
 
-    Notes
-    -----
     {classic_notes}
     In top-label mode ``check_classifiers_one_label`` is waived too, since
     the predicted class is mostly kept.

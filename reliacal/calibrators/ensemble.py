@@ -146,8 +146,6 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
     --------
     TemperatureScaling : the first component alone.
 
-    Notes
-    -----
     {classic_notes}
     ``check_classifiers_one_label`` is waived too, since like temperature
     scaling the mixture keeps the predicted class.

@@ -67,8 +67,6 @@ class IsotonicCalibration(OneVsRestCalibrator):
     HistogramBinning : a step map with equal-mass bins.
     PlattScaling : a parametric (sigmoid) map.
 
-    Notes
-    -----
     {classic_notes}
 
     Examples

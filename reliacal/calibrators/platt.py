@@ -70,8 +70,6 @@ class PlattScaling(OneVsRestCalibrator):
     BetaCalibration : a richer binary map on log-probabilities.
     TemperatureScaling : one multiclass parameter.
 
-    Notes
-    -----
     {classic_notes}
 
     Examples
