@@ -24,15 +24,41 @@ designed for binary problems. Two classes here adapt them to the
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import numpy as np
 from sklearn.utils.validation import validate_data
 
+from .._docstrings import fill_doc
 from .._validation import check_logits, to_numpy
-from ._base import BaseCalibrator
+from ._base import BaseCalibrator, ConvergenceWarning
+from ._logistic import LogisticFit
 
-__all__ = ["ClassicCalibrator", "OneVsRestCalibrator", "one_vs_rest_log_odds"]
+__all__ = [
+    "CLASSIC_NOTES_DOC",
+    "ClassicCalibrator",
+    "OneVsRestCalibrator",
+    "fit_logistic_maps",
+    "one_vs_rest_log_odds",
+]
 
 _TINY = np.finfo(np.float64).tiny
+
+#: The Notes section (header included) every classic calibrator's docstring
+#: takes at its ``{classic_notes}`` line (true of all of them through
+#: ClassicCalibrator); a calibrator may add sentences after the line.
+CLASSIC_NOTES_DOC = """\
+Notes
+-----
+Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
+(their logs are the logits); or 1-D binary scores ``(n,)``, each the
+logit (log-odds) of the positive class ``classes_[1]`` (with
+``input="probs"``: its probability). ``decision_function`` returns the
+log of the calibrated probabilities (``log`` of the smallest normal
+float64 for a probability of 0). The ``check_estimator`` checks waived
+by design are those of every logit calibrator
+(``_expected_failed_checks()`` lists them with reasons)."""
 
 
 def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
@@ -73,6 +99,11 @@ class ClassicCalibrator(BaseCalibrator):
     Subclasses implement ``_fit_core`` and ``_calibrated_proba(features,
     logits) -> (n, K)`` probabilities.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # Filled before BaseCalibrator's own markers and waived-checks note.
+        cls.__doc__ = fill_doc(cls.__doc__, {"classic_notes": CLASSIC_NOTES_DOC})
+        super().__init_subclass__(**kwargs)
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:
         raise NotImplementedError
@@ -159,3 +190,55 @@ class OneVsRestCalibrator(ClassicCalibrator):
         mapped[empty] = 1.0
         totals[empty] = mapped.shape[1]
         return mapped / totals
+
+
+def fit_logistic_maps(
+    fit_map: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], LogisticFit],
+    scores: np.ndarray,
+    targets: np.ndarray,
+    sample_weight: np.ndarray | None,
+    *,
+    failure: str,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Fit one map per column of ``scores``: ``(coef, intercept, n_iter)``.
+
+    ``fit_map(score, target, raw_weights, weights)`` fits the map of one
+    column (``score`` and ``target`` of shape ``(n,)``; ``raw_weights`` the
+    sample weights, ones when unweighted; ``weights`` those scaled to sum to
+    1). ``coef`` stacks the maps' ``coef`` (shape ``(m,) + coef.shape``),
+    ``n_iter`` is the most steps taken by a map. Maps that did not converge
+    raise one :class:`ConvergenceWarning`, ``failure`` formatted with
+    ``maps`` (their first ten columns) and ``max_iter``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.calibrators._logistic import fit_logistic
+    >>> def fit_map(score, target, raw_weights, weights):
+    ...     return fit_logistic(score[:, None], target, weights)
+    >>> scores = np.array([[-2.0], [-1.0], [0.0], [1.0], [2.0]])
+    >>> targets = np.array([[0.0], [1.0], [0.0], [1.0], [1.0]])
+    >>> coef, intercept, n_iter = fit_logistic_maps(
+    ...     fit_map, scores, targets, None, failure="{maps}", max_iter=100
+    ... )
+    >>> coef.shape, intercept.shape, bool(coef[0, 0] > 0)
+    ((1, 1), (1,), True)
+    """
+    raw_weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
+    weights = raw_weights / raw_weights.sum()
+    fits = [
+        fit_map(scores[:, column], targets[:, column], raw_weights, weights)
+        for column in range(scores.shape[1])
+    ]
+    not_converged = [column for column, fit in enumerate(fits) if not fit.converged]
+    if not_converged:
+        # One level more than a warning raised in _fit_maps itself (this helper is a frame).
+        warnings.warn(
+            failure.format(maps=not_converged[:10], max_iter=max_iter),
+            ConvergenceWarning,
+            stacklevel=5,
+        )
+    coef = np.array([fit.coef for fit in fits], dtype=np.float64)
+    intercept = np.array([fit.intercept for fit in fits], dtype=np.float64)
+    return coef, intercept, max(fit.n_iter for fit in fits)

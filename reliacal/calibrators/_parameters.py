@@ -70,7 +70,8 @@ BASE_ATTRIBUTES_DOC = """\
 classes_ : ndarray of shape (K,)
     Label of each column.
 n_features_in_ : int
-    Number of columns of ``X`` (logits mode).
+    Number of columns of ``X`` (logits mode; 1 for 1-D binary scores, where
+    the calibrator accepts them).
 backbone_ : BackboneAdapter
     The wrapped backbone (backbone mode)."""
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
-from ._base import BaseCalibrator, ConvergenceWarning
-from ._classic import OneVsRestCalibrator
-from ._logistic import fit_logistic
+from ._base import BaseCalibrator
+from ._classic import OneVsRestCalibrator, fit_logistic_maps
+from ._logistic import LogisticFit, fit_logistic
 
 __all__ = ["BetaCalibration"]
 
@@ -22,7 +21,7 @@ def _beta_features(scores: np.ndarray) -> np.ndarray:
 
 
 def _fit_beta_map(features, targets, weights, *, monotonic: bool, max_iter: int):
-    """``(a, b, c, n_iter, converged)`` of one beta map.
+    """The fit of one beta map: ``coef`` is ``(a, b)``, ``intercept`` is ``c``.
 
     With ``monotonic``, a negative ``a`` or ``b`` is set to 0 and the other
     parameters refitted (the procedure of Kull et al., which keeps the map
@@ -37,7 +36,7 @@ def _fit_beta_map(features, targets, weights, *, monotonic: bool, max_iter: int)
         coef[active] = fit.coef
         negative = [index for index in active if coef[index] < 0]
         if not monotonic or not negative:
-            return coef[0], coef[1], fit.intercept, n_iter, fit.converged
+            return LogisticFit(coef, fit.intercept, n_iter, fit.converged)
         # The most negative one is dropped first; the other may turn positive.
         active.remove(min(negative, key=lambda index: coef[index]))
 
@@ -76,25 +75,15 @@ class BetaCalibration(OneVsRestCalibrator):
         ``c`` of each map.
     n_iter_ : int
         Most Newton steps taken by a map (refits included).
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------
     PlattScaling : the two-parameter logistic map (``a = b``).
 
-    Notes
-    -----
-    Input forms: logits ``(n, K)`` (``p = softmax(z)``); probabilities with
-    ``input="probs"``; or 1-D binary scores ``(n,)``, each the logit
-    (log-odds) of the positive class ``classes_[1]`` (with ``input="probs"``:
-    its probability). ``ln p`` and ``ln(1 - p)`` are computed from the
+    {classic_notes}
+    With ``p = softmax(z)``, ``ln p`` and ``ln(1 - p)`` are computed from the
     log-odds, so probabilities that round to 1 keep their information.
-    ``decision_function`` returns the log of the calibrated probabilities.
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
 
     Examples
     --------
@@ -126,34 +115,25 @@ class BetaCalibration(OneVsRestCalibrator):
         super().__init__(**base_params)
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:
-        weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
-        weights = weights / weights.sum()
-        n_maps = scores.shape[1]
-        self.coef_ = np.empty((n_maps, 2))
-        self.intercept_ = np.empty(n_maps)
-        self.n_iter_ = 0
-        not_converged = []
-        for column in range(n_maps):
-            a, b, c, n_iter, converged = _fit_beta_map(
-                _beta_features(scores[:, column]),
-                targets[:, column],
+        def fit_map(score, target, raw_weights, weights):
+            return _fit_beta_map(
+                _beta_features(score),
+                target,
                 weights,
                 monotonic=self.monotonic,
                 max_iter=self.max_iter,
             )
-            self.coef_[column] = a, b
-            self.intercept_[column] = c
-            self.n_iter_ = max(self.n_iter_, n_iter)
-            if not converged:
-                not_converged.append(column)
-        if not_converged:
-            warnings.warn(
-                f"BetaCalibration: the fit of map(s) {not_converged[:10]} did not converge in "
-                f"max_iter={self.max_iter} Newton steps (the scores separate the classes, so "
-                "the parameters grow without bound)",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
+
+        self.coef_, self.intercept_, self.n_iter_ = fit_logistic_maps(
+            fit_map,
+            scores,
+            targets,
+            sample_weight,
+            failure="BetaCalibration: the fit of map(s) {maps} did not converge in "
+            "max_iter={max_iter} Newton steps (the scores separate the classes, so the "
+            "parameters grow without bound)",
+            max_iter=self.max_iter,
+        )
 
     def _apply_maps(self, scores) -> np.ndarray:
         maps = [

@@ -84,25 +84,15 @@ class HistogramBinning(OneVsRestCalibrator):
         the log-odds at which bins 1, 2, ... start (bin 0 lies below).
     values_ : list of ndarray
         Per binning, the calibrated probability of each bin.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------
     IsotonicCalibration : a step map whose bins are fitted.
 
-    Notes
-    -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
-    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
-    class ``classes_[1]`` (with ``input="probs"``: its probability).
-    ``decision_function`` returns the log of the calibrated probabilities.
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons),
-    and in top-label mode ``check_classifiers_one_label``, since the
-    predicted class is mostly kept.
+    {classic_notes}
+    In top-label mode ``check_classifiers_one_label`` is waived too, since
+    the predicted class is mostly kept.
 
     Examples
     --------

@@ -140,26 +140,15 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
         ``(w_1, w_2, w_3)``: temperature-scaled, uncalibrated, uniform.
     n_iter_ : int
         Passes over the data of the temperature fit.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------
     TemperatureScaling : the first component alone.
 
-    Notes
-    -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``
-    (their logs are the logits); or 1-D binary scores ``(n,)``, each the
-    logit (log-odds) of the positive class ``classes_[1]`` (with
-    ``input="probs"``: its probability). ``decision_function`` returns the
-    log of the calibrated probabilities. The ``check_estimator`` checks
-    waived by design are those of every logit calibrator
-    (``_expected_failed_checks()`` lists them with reasons), and
-    ``check_classifiers_one_label``, since like temperature scaling the
-    mixture keeps the predicted class.
+    {classic_notes}
+    ``check_classifiers_one_label`` is waived too, since like temperature
+    scaling the mixture keeps the predicted class.
 
     Examples
     --------

@@ -60,25 +60,14 @@ class IsotonicCalibration(OneVsRestCalibrator):
         calibration scores, increasing.
     values_ : list of ndarray
         Per map, the fitted non-decreasing probabilities at ``knots_``.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------
     HistogramBinning : a step map with equal-mass bins.
     PlattScaling : a parametric (sigmoid) map.
 
-    Notes
-    -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
-    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
-    class ``classes_[1]`` (with ``input="probs"``: its probability).
-    ``decision_function`` returns the log of the calibrated probabilities
-    (``log`` of the smallest normal float64 for a probability of 0).
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
+    {classic_notes}
 
     Examples
     --------

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
-from ._base import BaseCalibrator, ConvergenceWarning
-from ._classic import OneVsRestCalibrator
+from ._base import BaseCalibrator
+from ._classic import OneVsRestCalibrator, fit_logistic_maps
 from ._logistic import fit_logistic
 
 __all__ = ["PlattScaling"]
@@ -64,24 +63,14 @@ class PlattScaling(OneVsRestCalibrator):
         The intercepts ``b``.
     n_iter_ : int
         Most Newton steps taken by a map.
-    classes_ : ndarray of shape (K,)
-        Label of each column.
-    n_features_in_ : int
-        Number of columns of ``X`` (1 for 1-D binary scores).
+    {base_attributes}
 
     See Also
     --------
     BetaCalibration : a richer binary map on log-probabilities.
     TemperatureScaling : one multiclass parameter.
 
-    Notes
-    -----
-    Input forms: logits ``(n, K)``; probabilities with ``input="probs"``; or
-    1-D binary scores ``(n,)``, each the logit (log-odds) of the positive
-    class ``classes_[1]`` (with ``input="probs"``: its probability).
-    ``decision_function`` returns the log of the calibrated probabilities.
-    The ``check_estimator`` checks waived by design are those of every
-    logit calibrator (``_expected_failed_checks()`` lists them with reasons).
+    {classic_notes}
 
     Examples
     --------
@@ -116,33 +105,22 @@ class PlattScaling(OneVsRestCalibrator):
         super().__init__(**base_params)
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:
-        raw_weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
-        weights = raw_weights / raw_weights.sum()
-        n_maps = scores.shape[1]
-        self.coef_ = np.empty(n_maps)
-        self.intercept_ = np.empty(n_maps)
-        self.n_iter_ = 0
-        not_converged = []
-        for column in range(n_maps):
-            target = targets[:, column]
+        def fit_map(score, target, raw_weights, weights):
             if self.target_smoothing:
                 target = _smoothed_targets(target, raw_weights)
-            fit = fit_logistic(
-                scores[:, column : column + 1], target, weights, max_iter=self.max_iter
-            )
-            self.coef_[column] = fit.coef[0]
-            self.intercept_[column] = fit.intercept
-            self.n_iter_ = max(self.n_iter_, fit.n_iter)
-            if not fit.converged:
-                not_converged.append(column)
-        if not_converged:
-            warnings.warn(
-                f"PlattScaling: the logistic fit of map(s) {not_converged[:10]} did not converge "
-                f"in max_iter={self.max_iter} Newton steps (the scores separate the classes, so "
-                "the slope grows without bound); use target_smoothing=True",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
+            return fit_logistic(score[:, None], target, weights, max_iter=self.max_iter)
+
+        coef, self.intercept_, self.n_iter_ = fit_logistic_maps(
+            fit_map,
+            scores,
+            targets,
+            sample_weight,
+            failure="PlattScaling: the logistic fit of map(s) {maps} did not converge in "
+            "max_iter={max_iter} Newton steps (the scores separate the classes, so the slope "
+            "grows without bound); use target_smoothing=True",
+            max_iter=self.max_iter,
+        )
+        self.coef_ = coef[:, 0]
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_ + self.intercept_)

@@ -26,6 +26,7 @@ from reliacal.calibrators import (
     IsotonicCalibration,
     PlattScaling,
 )
+from reliacal.calibrators._classic import CLASSIC_NOTES_DOC
 
 CLASSIC = [
     PlattScaling(),
@@ -116,29 +117,45 @@ def record_halves(cifar_record):
 # Each calibrator equals its oracle to 1e-6 on the four CIFAR records.
 
 
-def test_platt_equals_a_direct_likelihood_fit_on_cifar(record_halves):
+def _assert_maps_match_oracles(calibrator, record_halves, oracle_and_map):
+    """Fit on the first half; compare each checked class's map with its oracle.
+
+    ``oracle_and_map(fitted, fit_s, target, test_s, k)`` gets class ``k``'s
+    one-vs-rest log-odds on both halves and its 0/1 targets, and returns the
+    oracle's and the calibrator's probabilities on the second half.
+    """
     fit_p, fit_y, test_p = record_halves
     fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
-    platt = PlattScaling(input="probs").fit(fit_p, fit_y)
+    calibrator.fit(fit_p, fit_y)
     columns, maps = [], []
     for k in _checked_classes(fit_p.shape[1]):
-        slope, intercept = _logistic_oracle(fit_s[:, [k]], (fit_y == k).astype(float))
-        columns.append(expit(slope * test_s[:, k] + intercept))
-        maps.append(expit(platt.coef_[k] * test_s[:, k] + platt.intercept_[k]))
-    _assert_maps_equal(platt, columns, maps, test_p, fit_p.shape[1])
+        target = (fit_y == k).astype(float)
+        column, mapped = oracle_and_map(calibrator, fit_s[:, k], target, test_s[:, k], k)
+        columns.append(column)
+        maps.append(mapped)
+    _assert_maps_equal(calibrator, columns, maps, test_p, fit_p.shape[1])
+
+
+def _platt_map(platt, test_s, k):
+    return expit(platt.coef_[k] * test_s + platt.intercept_[k])
+
+
+def test_platt_equals_a_direct_likelihood_fit_on_cifar(record_halves):
+    def oracle_and_map(platt, fit_s, target, test_s, k):
+        slope, intercept = _logistic_oracle(fit_s[:, None], target)
+        return expit(slope * test_s + intercept), _platt_map(platt, test_s, k)
+
+    _assert_maps_match_oracles(PlattScaling(input="probs"), record_halves, oracle_and_map)
 
 
 def test_platt_with_target_smoothing_equals_sklearn_sigmoid_on_cifar(record_halves):
-    fit_p, fit_y, test_p = record_halves
-    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
-    platt = PlattScaling(input="probs", target_smoothing=True).fit(fit_p, fit_y)
-    columns, maps = [], []
-    for k in _checked_classes(fit_p.shape[1]):
+    def oracle_and_map(platt, fit_s, target, test_s, k):
         # sklearn's sign convention: p = 1 / (1 + exp(a s + b)).
-        a, b = _sigmoid_calibration(fit_s[:, k], (fit_y == k).astype(float))
-        columns.append(expit(-(a * test_s[:, k] + b)))
-        maps.append(expit(platt.coef_[k] * test_s[:, k] + platt.intercept_[k]))
-    _assert_maps_equal(platt, columns, maps, test_p, fit_p.shape[1])
+        a, b = _sigmoid_calibration(fit_s, target)
+        return expit(-(a * test_s + b)), _platt_map(platt, test_s, k)
+
+    platt = PlattScaling(input="probs", target_smoothing=True)
+    _assert_maps_match_oracles(platt, record_halves, oracle_and_map)
 
 
 def test_isotonic_equals_sklearn_isotonic_regression_on_cifar(record_halves):
@@ -153,21 +170,18 @@ def test_isotonic_equals_sklearn_isotonic_regression_on_cifar(record_halves):
 
 
 def test_beta_equals_a_bounded_likelihood_fit_on_cifar(record_halves):
-    fit_p, fit_y, test_p = record_halves
-    fit_s, test_s = _one_vs_rest(fit_p), _one_vs_rest(test_p)
-    beta = BetaCalibration(input="probs").fit(fit_p, fit_y)
-    columns, maps = [], []
-    for k in _checked_classes(fit_p.shape[1]):
+    def oracle_and_map(beta, fit_s, target, test_s, k):
         # [ln p, -ln(1 - p)] of the one-vs-rest probability, with a, b >= 0.
-        features = np.column_stack([-np.logaddexp(0, -fit_s[:, k]), np.logaddexp(0, fit_s[:, k])])
-        a, b, c = _logistic_oracle(
-            features, (fit_y == k).astype(float), bounds=[(0, None), (0, None), (None, None)]
+        features = np.column_stack([-np.logaddexp(0, -fit_s), np.logaddexp(0, fit_s)])
+        a, b, c = _logistic_oracle(features, target, bounds=[(0, None), (0, None), (None, None)])
+        log_p, minus_log_q = -np.logaddexp(0, -test_s), np.logaddexp(0, test_s)
+        (fitted_a, fitted_b), fitted_c = beta.coef_[k], beta.intercept_[k]
+        return (
+            expit(a * log_p + b * minus_log_q + c),
+            expit(fitted_a * log_p + fitted_b * minus_log_q + fitted_c),
         )
-        log_p, minus_log_q = -np.logaddexp(0, -test_s[:, k]), np.logaddexp(0, test_s[:, k])
-        columns.append(expit(a * log_p + b * minus_log_q + c))
-        (a, b), c = beta.coef_[k], beta.intercept_[k]
-        maps.append(expit(a * log_p + b * minus_log_q + c))
-    _assert_maps_equal(beta, columns, maps, test_p, fit_p.shape[1])
+
+    _assert_maps_match_oracles(BetaCalibration(input="probs"), record_halves, oracle_and_map)
 
 
 def test_ets_equals_a_direct_likelihood_fit_on_cifar(record_halves):
@@ -363,6 +377,37 @@ def test_platt_warns_when_the_scores_separate_the_classes():
         warnings.simplefilter("error")
         smoothed = PlattScaling(target_smoothing=True).fit(scores, y)
     assert np.isfinite(smoothed.coef_[0])
+
+
+@pytest.mark.parametrize(
+    ("calibrator", "fit_name"),
+    [
+        (PlattScaling, "PlattScaling: the logistic fit"),
+        (BetaCalibration, "BetaCalibration: the fit"),
+    ],
+)
+def test_newton_maps_name_the_unconverged_maps(calibrator, fit_name):
+    # Three classes; only class 0 is separated from the rest by its one-vs-rest log-odds.
+    rng = np.random.default_rng(7)
+    y = np.repeat([0, 1, 2], 40)
+    logits = rng.normal(size=(120, 3))
+    logits[:, 0] = np.where(y == 0, 5.0, -5.0) + rng.uniform(-1, 1, size=120)
+    with pytest.warns(ConvergenceWarning) as caught:
+        fitted = calibrator(max_iter=20).fit(logits, y)
+    (warning,) = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert str(warning.message).startswith(f"{fit_name} of map(s) [0] did not converge")
+    assert "max_iter=20 Newton steps" in str(warning.message)
+    assert fitted.n_iter_ == 20 and fitted.intercept_.shape == (3,)
+
+
+@pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
+def test_docstring_holds_the_shared_input_forms_note(estimator):
+    doc = type(estimator).__doc__
+    assert "{classic_notes}" not in doc
+    notes = doc[doc.index("    Notes\n") : doc.index("    Examples\n")]
+    # The shared paragraph, whatever its indentation, once in the Notes section.
+    flat = " ".join(notes.split())
+    assert flat.count(" ".join(CLASSIC_NOTES_DOC.split())) == 1
 
 
 @pytest.mark.parametrize("estimator", CLASSIC, ids=_ids(CLASSIC))
