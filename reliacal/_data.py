@@ -29,6 +29,8 @@ from torch.utils.data import (
 )
 from torch.utils.data._utils.collate import default_collate
 
+from reliacal._validation import DEFAULT_LABEL_KEY
+
 __all__ = [
     "ACCEPTED_FORMS",
     "DEFAULT_LABEL_KEY",
@@ -46,10 +48,6 @@ __all__ = [
 #: dataset item stays an ``(x, y)`` pair, so consumers never guess whether the
 #: second element of a pair is a label or a second input.
 MISSING_LABEL = -1
-
-#: Key of the labels in mapping items and batches: what Hugging Face models
-#: and ``transformers.DataCollatorWithPadding`` use.
-DEFAULT_LABEL_KEY = "labels"
 
 #: The item and batch forms a Dataset or DataLoader may yield (for error messages).
 ACCEPTED_FORMS = (

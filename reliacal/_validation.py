@@ -13,6 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+#: Key of the labels in mapping items and batches: what Hugging Face models and
+#: ``transformers.DataCollatorWithPadding`` use. Defined here, away from torch, because
+#: the numpy-only calibrators take it as a parameter default.
+DEFAULT_LABEL_KEY = "labels"
+
 __all__ = [
     "check_probabilities",
     "check_logits",

@@ -75,11 +75,9 @@ from sklearn.utils.validation import (
     column_or_1d,
     validate_data,
 )
-from torch.utils.data import DataLoader, Dataset
 
-from .._data import DEFAULT_LABEL_KEY, as_dataset, check_ordered
 from .._docstrings import shared_doc
-from .._validation import check_logits, check_probabilities, encode_labels
+from .._validation import DEFAULT_LABEL_KEY, check_logits, check_probabilities, encode_labels
 from ._parameters import spell_out_init_signature, with_base_parameters_doc
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
@@ -537,6 +535,9 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         """
         if self.backbone is not None:
             if reset:
+                from torch.utils.data import DataLoader, Dataset
+
+                from .._data import as_dataset
                 from ..backbones import as_backbone
 
                 self.backbone_ = as_backbone(self.backbone)
@@ -564,6 +565,8 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         """Validated ``(features, logits, y)`` of a fitted calibrator."""
         check_is_fitted(self, "classes_")
         if self.backbone is not None:
+            from .._data import check_ordered  # backbone mode only: it imports torch
+
             # Rows come back in the loader's order: it must be one the caller knows.
             check_ordered(X)
         features, logits, y = self._validated_inputs(X, y, reset=False)
