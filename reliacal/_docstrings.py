@@ -21,7 +21,16 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-__all__ = ["fill_doc", "shared_doc"]
+__all__ = ["LABEL_KEY_DOC", "fill_doc", "shared_doc"]
+
+#: The ``label_key`` parameter of every estimator that reads Hugging Face batches
+#: (the calibrators in backbone mode and the fine-tuning estimators).
+LABEL_KEY_DOC = """\
+label_key : str, default="labels"
+    The key of the labels when a Dataset or DataLoader yields Hugging Face
+    style mappings (``{"input_ids", "attention_mask", "labels"}``,
+    ``{"pixel_values", "labels"}``); the other entries go to the model.
+    ``"label"`` suits a ``datasets`` column read with the default collation."""
 
 _Documented = TypeVar("_Documented")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 
-from .._docstrings import fill_doc
+from .._docstrings import LABEL_KEY_DOC, fill_doc
 
 __all__ = [
     "BASE_ATTRIBUTES_DOC",
@@ -58,12 +58,7 @@ memory : joblib.Memory, str or path, default=None
     else can write to.
 verbose : int, default=0
     Progress output of the backbone pass.
-label_key : str, default="labels"
-    Backbone mode: the key of the labels when a Dataset or DataLoader
-    yields Hugging Face style mappings (``{"input_ids",
-    "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
-    other entries go to the model. ``"label"`` suits a ``datasets``
-    column read with the default collation."""
+{label_key}"""
 
 #: The numpydoc paragraphs of the fitted attributes every calibrator sets.
 BASE_ATTRIBUTES_DOC = """\
@@ -138,6 +133,6 @@ def with_base_parameters_doc(docstring: str | None) -> str | None:
     >>> print(with_base_parameters_doc(doc).splitlines()[2])
         input : {"logits", "probs"}, default="logits"
     """
-    return fill_doc(
-        docstring, {"base_parameters": BASE_PARAMETERS_DOC, "base_attributes": BASE_ATTRIBUTES_DOC}
-    )
+    fragments = {"base_parameters": BASE_PARAMETERS_DOC, "base_attributes": BASE_ATTRIBUTES_DOC}
+    # The label_key paragraph is shared with the fine-tuning estimators.
+    return fill_doc(fill_doc(docstring, fragments), {"label_key": LABEL_KEY_DOC})

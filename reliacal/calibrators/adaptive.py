@@ -489,12 +489,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         trust and that no one else can write to.
     verbose : int or bool, default=0
         1: progress bar over epochs (and the backbone pass); 2: also batches.
-    label_key : str, default="labels"
-        Backbone mode: the key of the labels when a Dataset or DataLoader
-        yields Hugging Face style mappings (``{"input_ids",
-        "attention_mask", "labels"}``, ``{"pixel_values", "labels"}``); the
-        other entries go to the model. ``"label"`` suits a ``datasets``
-        column read with the default collation.
+    {label_key}
 
     Attributes
     ----------

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from reliacal._data import DEFAULT_LABEL_KEY, as_dataset, make_loader, split_batch
 from reliacal._device import resolve_device, to_device
+from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
 from reliacal.calibrators import ClassLabelMixin
 from reliacal.calibrators._parameters import spell_out_init_signature
@@ -85,6 +86,7 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         spell_out_init_signature(cls, FinetuneEstimator.__init__)
+        cls.__doc__ = fill_doc(cls.__doc__, {"label_key": LABEL_KEY_DOC})
 
     _parameter_constraints: dict = {
         "backbone": "no_validation",

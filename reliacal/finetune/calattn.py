@@ -125,12 +125,7 @@ mixed_precision, checkpoint_dir, device, verbose
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
-    label_key : str, default="labels"
-        The key of the labels when a Dataset or DataLoader yields Hugging
-        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
-        ``{"pixel_values", "labels"}``); the other entries go to the model.
-        ``"label"`` suits a ``datasets`` column read with the default
-        collation.
+    {label_key}
 
     Attributes
     ----------

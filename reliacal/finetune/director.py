@@ -197,12 +197,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
-    label_key : str, default="labels"
-        The key of the labels when a Dataset or DataLoader yields Hugging
-        Face style mappings (``{"input_ids", "attention_mask", "labels"}``,
-        ``{"pixel_values", "labels"}``); the other entries go to the model.
-        ``"label"`` suits a ``datasets`` column read with the default
-        collation.
+    {label_key}
 
     Attributes
     ----------
