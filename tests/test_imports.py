@@ -81,3 +81,16 @@ def test_every_calibrator_name_is_still_importable():
     for name in reliacal.calibrators.__all__:
         assert getattr(reliacal.calibrators, name).__name__ == name
     assert set(dir(reliacal.calibrators)) >= {"AdaptiveTS", "TemperatureScaling"}
+
+
+def test_every_private_module_of_the_training_loop_imports_on_its_own():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for module in ("results", "loop", "checkpoint", "guard", "randomness", "state"):
+        result = subprocess.run(
+            [sys.executable, "-c", f"import reliacal._training.{module}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+        assert result.returncode == 0, f"reliacal._training.{module}: {result.stderr[-500:]}"

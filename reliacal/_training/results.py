@@ -53,4 +53,8 @@ class TrainingResult:
     best_score: float = math.nan
     stopped_early: bool = False
 
-    __module__ = "reliacal.training"
+
+# Shown (and pickled) under its public module. Set after the decorator ran: @dataclass
+# resolves the annotations in the module named by __module__, which would make this
+# module importable only after reliacal.training.
+TrainingResult.__module__ = "reliacal.training"

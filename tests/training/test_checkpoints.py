@@ -16,6 +16,7 @@ from torch import nn
 
 import reliacal._training.checkpoint as checkpoint_module
 from reliacal._training.checkpoint import save_checkpoint
+from reliacal._training.loop import CHECKPOINT_ENTRIES
 from reliacal.finetune.calattn import CalAttnFinetuner
 from reliacal.training import CheckpointError, fit_module
 
@@ -81,9 +82,6 @@ def test_checkpoint_is_a_torch_archive_whose_zip_comment_is_its_sha256(finished_
     assert comment == b"reliacal-sha256:" + expected.encode()
     # Still an ordinary checkpoint for torch, holding what a resumed run reads.
     state = torch.load(path, weights_only=True)
-    # Imported here: reliacal._training.results needs reliacal.training imported first.
-    from reliacal._training.loop import CHECKPOINT_ENTRIES
-
     assert sorted(state) == sorted(CHECKPOINT_ENTRIES)  # what Run._load checks for
 
 
