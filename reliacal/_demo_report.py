@@ -96,7 +96,9 @@ class ReportWriter:
             np.savez_compressed(path, **content)
             self.files.append(path)
 
-    def reports(self, report, setup: list[str], last_key: str) -> tuple[Path, Path]:
+    def reports(
+        self, report, setup: list[str], last_key: str, significance=None
+    ) -> tuple[Path, Path]:
         table = report.copy()
         table.index.name = "method"
         commands = [
@@ -106,6 +108,9 @@ class ReportWriter:
         markdown = ["# reliacal demo: calibrating a tiny ViT on the digits", ""]
         markdown += [f"- {line}" for line in setup] + ["", "## Metrics (test split)", ""]
         markdown += [_markdown_table(table), "", _COLUMN_NOTE, ""]
+        if significance is not None:
+            markdown += [f"## {_SIGNIFICANCE_TITLE}", "", _markdown_table(significance), ""]
+            markdown += [_SIGNIFICANCE_NOTE, ""]
         for title, figures in self.sections:
             markdown += [f"## {title}", ""]
             for caption, path in figures:
@@ -128,6 +133,9 @@ class ReportWriter:
         body += ["</ul>", "<h2>Metrics (test split)</h2>"]
         body += [table.to_html(float_format=lambda value: f"{value:.4f}", border=0)]
         body += [f"<p>{html.escape(_COLUMN_NOTE)}</p>"]
+        if significance is not None:
+            body += [f"<h2>{html.escape(_SIGNIFICANCE_TITLE)}</h2>", significance.to_html(border=0)]
+            body += [f"<p>{html.escape(_SIGNIFICANCE_NOTE)}</p>"]
         for title, figures in self.sections:
             body.append(f"<h2>{html.escape(title)}</h2>")
             for caption, path in figures:
@@ -150,6 +158,13 @@ _COLUMN_NOTE = (
     "classwise_ece: mean over classes; smooth_ece: kernel-smoothed ECE; nll: negative "
     "log-likelihood; brier: multiclass Brier score (range 0..2); overconfidence: mean "
     "confidence minus accuracy; seconds: time to fit and predict."
+)
+
+_SIGNIFICANCE_TITLE = "Is the gain significant? (test split, paired bootstrap)"
+_SIGNIFICANCE_NOTE = (
+    "Each cell: the method's metric minus the reference's, and the 95% interval of that "
+    "difference over 1,000 resamples of the test rows (the same rows for every method); "
+    "* marks an interval that excludes zero. Negative is better."
 )
 
 _HTML_PAGE = """<!DOCTYPE html>

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from reliacal._demo_report import ReportWriter, slug
 from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
 from reliacal.calibrators.scaling import tuned_scaling
-from reliacal.metrics import calibration_report, softmax
+from reliacal.metrics import calibration_report, compare, softmax
 
 __all__ = [
     "METHODS",
@@ -486,11 +487,58 @@ def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
     writer.figures(splits, probabilities, outputs, slugs, training_result)
     writer.arrays(splits, probabilities, slugs, calibration_logits, test_logits)
     setup = _setup_lines(splits, config, training_seconds, quick, random_state)
+    significance = significance_table(splits.y_test, probabilities, random_state)
     report_path, html_path = writer.reports(
-        report, setup, last_key=f"probs_{slugs[methods[-1].name]}"
+        report, setup, last_key=f"probs_{slugs[methods[-1].name]}", significance=significance
     )
     say(f"wrote {len(writer.files)} files to {output_dir}")
     return DemoResult(report, probabilities, output_dir, report_path, html_path, writer.files)
+
+
+#: The references each method's gain is tested against (those the method list holds).
+SIGNIFICANCE_REFERENCES = ("Uncalibrated", "TemperatureScaling")
+
+
+def significance_table(y_true, probabilities: dict, random_state: int, n_bootstraps: int = 1000):
+    """Each method's ECE and NLL difference to each reference, with a paired bootstrap.
+
+    Cells read ``difference [low, high]``, the 95% percentile interval of the
+    difference over ``n_bootstraps`` resamples of the test rows
+    (:func:`reliacal.metrics.compare`), followed by ``*`` when the interval
+    excludes zero. A negative difference is an improvement.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.metrics import softmax
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3.0 * rng.normal(size=(400, 3))
+    >>> y = np.array([rng.choice(3, p=p) for p in softmax(logits / 3.0)])
+    >>> table = significance_table(
+    ...     y, {"Uncalibrated": softmax(logits), "TS": softmax(logits / 3.0)}, 0, 200
+    ... )
+    >>> table.loc["TS", "ECE vs Uncalibrated"].endswith("*")
+    True
+    """
+    columns = {}
+    for reference in (name for name in SIGNIFICANCE_REFERENCES if name in probabilities):
+        compared = compare(
+            y_true,
+            probabilities,
+            metrics=("ece", "nll"),
+            reference=reference,
+            n_bootstraps=n_bootstraps,
+            random_state=random_state,
+        )
+        for metric in ("ece", "nll"):
+            rows = compared.xs(metric, level="metric").reindex(list(probabilities))
+            columns[f"{metric.upper()} vs {reference}"] = [
+                f"{row.difference:+.4f} [{row.difference_ci_low:+.4f}, "
+                f"{row.difference_ci_high:+.4f}]{' *' if row.significant else ''}"
+                for row in rows.itertuples()
+            ]
+    index = list(probabilities)
+    return pd.DataFrame(columns, index=pd.Index(index, name="method"))
 
 
 def _progress(verbose: bool) -> Callable[[str], None]:

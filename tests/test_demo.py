@@ -77,6 +77,34 @@ def test_demo_predictions_match_the_report(demo_folder):
     assert float(row.group(2)) == pytest.approx(ece, abs=5e-5)
 
 
+def test_report_says_whether_each_gain_over_uncalibrated_and_ts_is_significant(demo_folder):
+    with np.load(demo_folder / "predictions.npz") as predictions:
+        arrays = dict(predictions)
+    labels = arrays["labels"]
+    markdown = (demo_folder / "report.md").read_text()
+    section = markdown.split("## Is the gain significant?", 1)[1].split("\n## ", 1)[0]
+    header = re.search(r"^\| method \|(.*)\|$", section, re.M).group(1)
+    assert [cell.strip() for cell in header.split("|")] == [
+        "ECE vs Uncalibrated",
+        "NLL vs Uncalibrated",
+        "ECE vs TemperatureScaling",
+        "NLL vs TemperatureScaling",
+    ]
+    row = re.search(r"^\| TemperatureScaling \| (\S+) \[(\S+), (\S+)\]( \*)? \|", section, re.M)
+    # The point difference is the plain ECE difference, computed here independently.
+    expected = expected_calibration_error(
+        labels, arrays["probs_temperaturescaling"]
+    ) - expected_calibration_error(labels, arrays["probs_uncalibrated"])
+    difference, low, high = (float(value) for value in row.group(1, 2, 3))
+    assert difference == pytest.approx(expected, abs=5e-5)
+    assert low <= difference <= high
+    assert (row.group(4) is not None) == (high < 0 or low > 0)  # * iff zero is outside
+    # Against itself the difference is exactly zero and never significant.
+    own = re.search(r"^\| Uncalibrated \| ([^|]+) \|", section, re.M).group(1).strip()
+    assert own == "+0.0000 [+0.0000, +0.0000]"
+    assert "Is the gain significant?" in (demo_folder / "report.html").read_text()
+
+
 def test_evaluate_command_in_the_report_works(demo_folder, capsys, monkeypatch):
     markdown = (demo_folder / "report.md").read_text()
     command = re.search(r"^reliacal (evaluate .*)$", markdown, re.M).group(1).split()
