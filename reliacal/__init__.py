@@ -20,6 +20,7 @@ _PUBLIC = {
     "VectorScaling": "reliacal.calibrators",
     "MatrixScaling": "reliacal.calibrators",
     "AdaptiveTS": "reliacal.calibrators",
+    "AutoCalibrator": "reliacal.calibrators",
     "PlattScaling": "reliacal.calibrators",
     "IsotonicCalibration": "reliacal.calibrators",
     "BetaCalibration": "reliacal.calibrators",

@@ -15,6 +15,7 @@ import importlib
 _PUBLIC = {
     "AdaptiveTS": "adaptive",
     "AdaptiveTSMember": "adaptive",
+    "AutoCalibrator": "auto",
     "BaseCalibrator": "_base",
     "BetaCalibration": "beta",
     "ClassLabelMixin": "_base",
