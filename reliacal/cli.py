@@ -31,7 +31,7 @@ __all__ = ["main"]
 
 _FORMATS = ("table", "csv", "json")
 _STRATEGIES = ("uniform", "quantile")
-_METHODS = ("temperature", "vector", "matrix")
+_METHODS = ("temperature", "vector", "matrix", "auto")
 # ODIR divides the off-diagonal penalty by K (K - 1): the demo's 0.1..10 (K = 10) is far
 # too weak for 100 classes, where 3-fold CV on CIFAR-100 picks about 100.
 _MATRIX_PENALTIES = (0.1, 1.0, 10.0, 100.0, 1000.0)
@@ -129,8 +129,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "--method",
         choices=_METHODS,
         default="temperature",
-        help="temperature scaling (default), vector scaling, or matrix scaling (on "
-        "log-probabilities: Dirichlet calibration)",
+        help="temperature scaling (default), vector scaling, matrix scaling (on "
+        "log-probabilities: Dirichlet calibration), or auto (AutoCalibrator: the best of "
+        "several by 5-fold cross-validated NLL, the uncalibrated model unless one beats it)",
     )
     calibrate.add_argument(
         "--reg-off-diagonal",
@@ -324,7 +325,10 @@ def _calibrate(arguments: argparse.Namespace) -> int:
     eval_input = evaluation.logits if use_logits else evaluation.probs
     estimator.fit(cal_input, calibration.labels)
     calibrated = estimator.predict_proba(eval_input)
-    if hasattr(estimator, "best_estimator_"):
+    if hasattr(estimator, "reason_"):
+        # AutoCalibrator: the saved model stays the chooser, the report says what it chose.
+        _say(f"{type(estimator).__name__}: chose {estimator.best_name_!r}: {estimator.reason_}")
+    elif hasattr(estimator, "best_estimator_"):
         chosen = ", ".join(f"{key} = {value:g}" for key, value in estimator.best_params_.items())
         estimator = estimator.best_estimator_
         _say(f"{type(estimator).__name__}: {chosen} (chosen by 3-fold cross-validated NLL)")
@@ -392,9 +396,13 @@ def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_log
 
     shared = {"input": "logits" if use_logits else "probs", "classes": classes}
     off_diagonal, bias = arguments.reg_off_diagonal, arguments.reg_bias
-    if arguments.method == "temperature":
+    if arguments.method in ("temperature", "auto"):
         if off_diagonal is not None or bias is not None:
             raise UserError("--reg-off-diagonal and --reg-bias apply to vector and matrix only")
+        if arguments.method == "auto":
+            from reliacal.calibrators import AutoCalibrator
+
+            return AutoCalibrator(**shared)
         return TemperatureScaling(**shared)
     if arguments.method == "vector":
         if off_diagonal is not None:

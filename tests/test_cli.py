@@ -609,3 +609,24 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(reliacal.io, "load_prediction_file", exhausted)
     status, out, err = run(capsys, "evaluate", DATA / "lenet-5-cifar-10.npz")
     assert_one_line_error(status, out, err, "out of memory")
+
+
+def test_calibrate_auto_reports_its_choice(capsys, tmp_path, load_record):
+    probs, labels = load_record("wideresnet-16-4-cifar-10")
+    write_split(tmp_path, probs, labels, slice(2000), slice(2000, 4000))
+    model_file = tmp_path / "auto.joblib"
+    status, out, err = calibrate(
+        capsys, tmp_path, "--method", "auto", "--format", "csv", "--save-model", model_file
+    )
+    assert status == 0, err
+    model = joblib.load(model_file)
+    said = next(line for line in err if line.startswith("reliacal: AutoCalibrator: chose"))
+    assert f"chose {model.best_name_!r}" in said and model.reason_ in said
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert list(table.index) == ["uncalibrated", "AutoCalibrator"]
+    # WRN-16-4 on CIFAR-10 is over-confident: a candidate beats the identity, and the
+    # held-out half confirms it.
+    assert model.best_name_ != "identity"
+    assert table.loc["AutoCalibrator", "nll"] < table.loc["uncalibrated", "nll"]
+    status, out, err = calibrate(capsys, tmp_path, "--method", "auto", "--reg-bias", "1")
+    assert_one_line_error(status, out, err, "vector and matrix only")
