@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from reliacal._data import as_dataset, dataset_labels, make_loader, split_batch
 from reliacal.backbones import as_backbone, extract_outputs
 from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
+from reliacal.datasets import make_tiny_bert
 from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 
 transformers = pytest.importorskip("transformers")
@@ -26,18 +27,9 @@ N, LENGTH, K, VOCAB = 24, 6, 3, 40
 
 
 def tiny_bert(seed: int = 0):
-    torch.manual_seed(seed)
-    config = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=K,
-        pad_token_id=0,
-    )
-    return transformers.BertForSequenceClassification(config).eval()
+    return make_tiny_bert(
+        K, VOCAB, max_length=32, hidden_size=16, intermediate_size=32, random_state=seed
+    ).eval()
 
 
 def token_data(seed: int = 0):
