@@ -168,19 +168,10 @@ def test_extract_outputs_of_dict_batches_match_the_model():
     np.testing.assert_array_equal(y_2, labels.numpy())
 
 
-def test_pixel_values_dict_batches():
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(
-        image_size=8,
-        patch_size=4,
-        num_channels=1,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        num_labels=K,
-    )
-    vit = transformers.ViTForImageClassification(config).eval()
+def test_pixel_values_dict_batches(tiny_transformer):
+    vit = tiny_transformer(
+        "hf_vit", image_size=8, patch_size=4, channels=1, width=16, depth=1, heads=2, classes=K
+    ).eval()
     pixels = torch.randn(N, 1, 8, 8)
     labels = torch.arange(N) % K
 
