@@ -230,23 +230,29 @@ def test_calibrators_fit_and_predict_from_dict_batches(make):
         from_dicts.predict_proba(dict_loader(shuffle=True))
 
 
-def test_calattn_fits_and_predicts_from_dict_batches():
-    settings = dict(max_epochs=1, batch_size=8, device="cpu", random_state=0)
-    from_dicts = CalAttnFinetuner(tiny_bert(), **settings).fit(dict_loader())
-    from_pairs = CalAttnFinetuner(tiny_bert(), **settings).fit(pair_loader())
+def _fit_from_dicts_as_from_pairs(estimator_class, settings):
+    """Fit on dict batches and on (x, y) pairs: the same predictions, also with a label key."""
+    from_dicts = estimator_class(tiny_bert(), **settings).fit(dict_loader())
+    from_pairs = estimator_class(tiny_bert(), **settings).fit(pair_loader())
     proba = from_dicts.predict_proba(dict_loader())
     np.testing.assert_allclose(proba, from_pairs.predict_proba(pair_loader()), atol=1e-5)
     assert proba.shape == (N, K)
-    keyed = CalAttnFinetuner(tiny_bert(), label_key="label", **settings)
+    keyed = estimator_class(tiny_bert(), label_key="label", **settings)
     keyed.fit(DataLoader(DictItems(label_key="label"), batch_size=8))
     unlabelled = DataLoader(DictItems(label_key=None), batch_size=8)
     np.testing.assert_allclose(keyed.predict_proba(unlabelled), proba, atol=1e-5)
+    with pytest.raises(ValueError, match="DataLoader shuffles"):
+        from_dicts.predict_proba(dict_loader(shuffle=True))
+    return from_dicts, from_pairs
+
+
+def test_calattn_fits_and_predicts_from_dict_batches():
+    settings = dict(max_epochs=1, batch_size=8, device="cpu", random_state=0)
+    from_dicts, from_pairs = _fit_from_dicts_as_from_pairs(CalAttnFinetuner, settings)
     # score pairs rows with labels itself, in the dataset's order: shuffling is harmless there.
     assert from_dicts.score(dict_loader(shuffle=True)) == pytest.approx(
         from_pairs.score(pair_loader())
     )
-    with pytest.raises(ValueError, match="DataLoader shuffles"):
-        from_dicts.predict_proba(dict_loader(shuffle=True))
     with pytest.raises(ValueError, match="label_key must be a non-empty string"):
         CalAttnFinetuner(tiny_bert(), label_key="", **settings).fit(dict_loader())
 
@@ -255,17 +261,7 @@ def test_director_fits_and_predicts_from_dict_batches():
     settings = dict(
         max_epochs=1, batch_size=8, n_draws=2, reconfigure=1, device="cpu", random_state=0
     )
-    from_dicts = DiffusionReconfigurer(tiny_bert(), **settings).fit(dict_loader())
-    from_pairs = DiffusionReconfigurer(tiny_bert(), **settings).fit(pair_loader())
-    proba = from_dicts.predict_proba(dict_loader())
-    np.testing.assert_allclose(proba, from_pairs.predict_proba(pair_loader()), atol=1e-5)
-    assert proba.shape == (N, K)
-    keyed = DiffusionReconfigurer(tiny_bert(), label_key="label", **settings)
-    keyed.fit(DataLoader(DictItems(label_key="label"), batch_size=8))
-    unlabelled = DataLoader(DictItems(label_key=None), batch_size=8)
-    np.testing.assert_allclose(keyed.predict_proba(unlabelled), proba, atol=1e-5)
-    with pytest.raises(ValueError, match="DataLoader shuffles"):
-        from_dicts.predict_proba(dict_loader(shuffle=True))
+    from_dicts, _ = _fit_from_dicts_as_from_pairs(DiffusionReconfigurer, settings)
     with pytest.raises(ValueError, match="DataLoader shuffles"):
         from_dicts.uncertainty(dict_loader(shuffle=True))
 
