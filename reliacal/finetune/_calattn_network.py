@@ -5,6 +5,7 @@ Private to :mod:`reliacal.finetune.calattn`, which holds the estimator.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import torch
@@ -38,11 +39,30 @@ class ScaleHead(nn.Module):
         return self.layers(features).squeeze(-1).float() + SCALE_FLOOR
 
 
+class GlobalScale(nn.Module):
+    """One learnable scale shared by every sample, ``softplus(b) + 1e-6``, starting at 1.
+
+    The control for the per-sample head: trained end to end with the same
+    loss, it shows how much of CalAttn's gain a single learned logit scale
+    gives by itself.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # softplus(log(e - 1)) = 1: training starts from plain fine-tuning's logits.
+        self.raw_scale = nn.Parameter(torch.tensor(math.log(math.e - 1.0)))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        scale = nn.functional.softplus(self.raw_scale.float()) + SCALE_FLOOR
+        return scale.expand(features.shape[0])
+
+
 class CalAttnNetwork(nn.Module):
     """A backbone adapter and the scale head that reads its tokens, in one forward pass.
 
-    ``scale_head=None`` is plain fine-tuning (the scale is fixed to 1): the
-    baseline the method is compared with.
+    ``calibration_head=False`` is plain fine-tuning (the scale is fixed to 1):
+    the baseline the method is compared with; ``"global"`` learns one scale
+    for all samples (:class:`GlobalScale`), the control for the per-sample head.
     """
 
     def __init__(
@@ -51,7 +71,7 @@ class CalAttnNetwork(nn.Module):
         *,
         token: str,
         hidden: int,
-        calibration_head: bool,
+        calibration_head: bool | str,
         freeze_backbone: bool,
     ) -> None:
         super().__init__()
@@ -59,7 +79,7 @@ class CalAttnNetwork(nn.Module):
         self.token = token
         self.freeze_backbone = freeze_backbone
         self.in_features = _head_width(backbone, token)
-        self.scale_head = ScaleHead(self.in_features, hidden) if calibration_head else None
+        self.scale_head = _scale_head(calibration_head, self.in_features, hidden)
         if freeze_backbone:
             self.backbone.requires_grad_(False)
 
@@ -106,6 +126,12 @@ class CalAttnNetwork(nn.Module):
                 )
             scale = self.scale_head(features)
         return CalAttnOutput(logits / scale[:, None], scale, logits)
+
+
+def _scale_head(calibration_head: bool | str, in_features: int, hidden: int) -> nn.Module | None:
+    if calibration_head == "global":
+        return GlobalScale()
+    return ScaleHead(in_features, hidden) if calibration_head else None
 
 
 def _head_width(backbone: BackboneAdapter, token: str) -> int:

@@ -101,10 +101,12 @@ class CalAttnFinetuner(FinetuneEstimator):
     freeze_backbone : bool, default=False
         Train only the head (a post-hoc method on a frozen model). The frozen
         backbone runs in eval mode and without a gradient graph.
-    calibration_head : bool, default=True
+    calibration_head : bool or "global", default=True
         ``False`` trains the same backbone with the same loss, trainer and
         schedule but with the scale fixed to 1: plain fine-tuning, the baseline
-        CalAttn is compared with.
+        CalAttn is compared with. ``"global"`` learns one scale shared by all
+        samples (starting at 1, trained end to end like the head): the control
+        that tells what the per-sample head adds beyond a learned logit scale.
     post_hoc : {None, "temperature"}, default=None
         Fit :class:`reliacal.calibrators.TemperatureScaling` on the held-out
         validation predictions after training (needs ``validation_fraction > 0``).
@@ -137,7 +139,8 @@ mixed_precision, checkpoint_dir, device, verbose
     token_ : str
         The token mode used (``"pooled"`` where ``"cls"`` fell back).
     n_extra_parameters_ : int
-        Parameters of the scale head (0 with ``calibration_head=False``).
+        Parameters of the scale head (0 with ``calibration_head=False``, 1
+        with ``"global"``).
     n_backbone_parameters_ : int
         Parameters of the backbone.
     parameter_overhead_ : float
@@ -189,7 +192,7 @@ mixed_precision, checkpoint_dir, device, verbose
         label_smoothing: float = 0.0,
         focal_gamma: float = 3.0,
         freeze_backbone: bool = False,
-        calibration_head: bool = True,
+        calibration_head: bool | str = True,
         post_hoc: str | None = None,
         max_epochs: int = 10,
         optimizer: str = "adamw",
@@ -234,7 +237,7 @@ mixed_precision, checkpoint_dir, device, verbose
         "label_smoothing": [Interval(numbers.Real, 0, 1, closed="left")],
         "focal_gamma": [Interval(numbers.Real, 0, None, closed="left")],
         "freeze_backbone": ["boolean"],
-        "calibration_head": ["boolean"],
+        "calibration_head": ["boolean", StrOptions({"global"})],
         "post_hoc": [StrOptions({"temperature"}), None],
         "optimizer": TRAINING_CONSTRAINTS["optimizer"],
         "grad_clip_norm": TRAINING_CONSTRAINTS["grad_clip_norm"],
@@ -418,7 +421,7 @@ mixed_precision, checkpoint_dir, device, verbose
         Returns
         -------
         ndarray of shape (n,)
-            All ones with ``calibration_head=False``.
+            All ones with ``calibration_head=False``, one value with ``"global"``.
         """
         check_is_fitted(self, "network_")
         return self._run(X)[0].scale

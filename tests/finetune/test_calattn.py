@@ -316,6 +316,20 @@ def test_without_calibration_head_it_is_plain_fine_tuning():
     np.testing.assert_allclose(model.decision_function(X), logits, rtol=1e-6)
 
 
+def test_global_scale_learns_one_scale_shared_by_every_sample():
+    X, y = image_data()
+    untrained = quick(calibration_head="global")._build_network(seed=0).scale_head
+    # It starts at 1: with nothing learned it is plain fine-tuning's logits.
+    torch.testing.assert_close(untrained(torch.zeros(3, 16)), torch.ones(3), rtol=1e-5, atol=0)
+    model = quick(calibration_head="global").fit(X, y)
+    assert model.n_extra_parameters_ == 1
+    scales = model.scale(X)
+    assert np.ptp(scales) == 0 and abs(scales[0] - 1) > 1e-4
+    with torch.no_grad():
+        logits = model.network_.backbone.model.eval()(torch.from_numpy(X)).double().numpy()
+    np.testing.assert_allclose(model.decision_function(X), logits / scales[0], rtol=1e-5)
+
+
 def test_fit_leaves_the_given_backbone_untouched_and_refits_identically():
     vit = tiny_vit()
     before = state_of(vit)
