@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sklearn.model_selection import train_test_split
 
 from reliacal import nn as rnn
 from reliacal.backbones import as_backbone
@@ -22,6 +23,7 @@ from reliacal.finetune import (
     director,
 )
 from reliacal.finetune.losses import brier_loss, focal_loss
+from reliacal.metrics import expected_calibration_error
 from reliacal.training import TrainingResult
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -44,7 +46,9 @@ def tiny_vit(depth=1, **kwargs):
 # The key check: the plain loop and the estimator train the same network bit for bit ---------
 
 
-def train_in_a_plain_loop(vit, X, y, *, random_state, epochs, batch_size, lr, hidden):
+def train_in_a_plain_loop(
+    vit, X, y, *, random_state, epochs, batch_size, lr, hidden, validation_fraction=0.0
+):
     """CalAttn trained through reliacal.nn with torch primitives only.
 
     The recipe is the one documented for ``CalAttnFinetuner`` and ``TrainingConfig``,
@@ -53,7 +57,10 @@ def train_in_a_plain_loop(vit, X, y, *, random_state, epochs, batch_size, lr, hi
     ``SeedSequence`` into split / shuffle / host seeds, reshuffles each epoch with
     ``randperm`` seeded ``shuffle_seed + epoch`` (``DistributedSampler``'s rule), seeds the
     global torch generator (dropout) from the host seed mixed with rank 0, and steps AdamW
-    with gradient clipping and a per-step warm-up + cosine schedule.
+    with gradient clipping and a per-step warm-up + cosine schedule. With a validation
+    fraction, the estimator holds out a stratified split seeded with the initialisation
+    seed and keeps the weights of the epoch with the lowest validation ECE (15 bins).
+    Returns the model and the 1-based epoch whose weights it holds.
     """
     init_seed = int(np.random.RandomState(random_state).randint(np.iinfo(np.int32).max))
     with torch.random.fork_rng(devices=[]):
@@ -61,11 +68,23 @@ def train_in_a_plain_loop(vit, X, y, *, random_state, epochs, batch_size, lr, hi
         model = rnn.CalAttnModel(copy.deepcopy(vit), hidden=hidden)
     loss_fn = rnn.CalAttnLoss(n_classes=N_CLASSES)  # CE + 0.1 Brier, the estimator's default
 
+    rows = np.arange(len(X))
+    validation = None
+    if validation_fraction:
+        rows, validation = train_test_split(
+            rows,
+            test_size=math.ceil(validation_fraction * len(X)),
+            random_state=init_seed,
+            stratify=y.numpy(),
+        )
+        rows, validation = np.sort(rows), np.sort(validation)
+    X_train, y_train = X[rows], y[rows]
+
     _, shuffle_seed, host_seed = np.random.SeedSequence(random_state).generate_state(3)
     rank0_seed = int(np.random.SeedSequence([int(host_seed), 0]).generate_state(1)[0])
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.05)
-    steps_per_epoch = math.ceil(len(X) / batch_size)
+    steps_per_epoch = math.ceil(len(X_train) / batch_size)
     warmup, total = steps_per_epoch, epochs * steps_per_epoch  # warmup_epochs=1
 
     def warmup_cosine(step):
@@ -74,22 +93,39 @@ def train_in_a_plain_loop(vit, X, y, *, random_state, epochs, batch_size, lr, hi
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine)
+    best_ece, best_state, best_epoch = math.inf, None, epochs
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(rank0_seed)
         for epoch in range(epochs):
             model.train()
             shuffle = torch.Generator().manual_seed(int(shuffle_seed) + epoch)
-            for rows in torch.randperm(len(X), generator=shuffle).split(batch_size):
+            for batch in torch.randperm(len(X_train), generator=shuffle).split(batch_size):
                 optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(model(X[rows]), y[rows])
+                loss = loss_fn(model(X_train[batch]), y_train[batch])
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
                 scheduler.step()
-    return model.eval()
+            if validation is not None:
+                ece = validation_ece(model, X[validation], y[validation], batch_size)
+                if ece < best_ece:
+                    best_ece, best_epoch = ece, epoch + 1
+                    best_state = copy.deepcopy(model.state_dict())
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return model.eval(), best_epoch
 
 
-def test_plain_loop_and_estimator_train_bit_identical_weights():
+def validation_ece(model, X, y, batch_size):
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(x).calibrated_logits for x in X.split(batch_size)])
+    probabilities = torch.softmax(logits.double(), dim=1).numpy()
+    return expected_calibration_error(y.numpy(), probabilities, labels=np.arange(N_CLASSES))
+
+
+@pytest.mark.parametrize("validation_fraction", [0.0, 0.25])
+def test_plain_loop_and_estimator_train_bit_identical_weights(validation_fraction):
     # Dropout on: the host seed, not only the shuffling, must be reproduced as well.
     vit = tiny_vit(drop_rate=0.1, proj_drop_rate=0.1)
     generator = torch.Generator().manual_seed(1)
@@ -102,11 +138,14 @@ def test_plain_loop_and_estimator_train_bit_identical_weights():
         max_epochs=3,
         batch_size=16,
         learning_rate=1e-3,
-        validation_fraction=0.0,  # no best-epoch selection: the last weights are kept
+        validation_fraction=validation_fraction,  # 0: the last weights are kept
         device="cpu",
         random_state=7,
     ).fit(X.numpy(), y.numpy())
-    model = train_in_a_plain_loop(vit, X, y, **settings)
+    model, best_epoch = train_in_a_plain_loop(
+        vit, X, y, validation_fraction=validation_fraction, **settings
+    )
+    assert best_epoch == estimator.best_epoch_
 
     expected = estimator.network_.state_dict()
     trained = model.state_dict()
@@ -131,8 +170,8 @@ def test_a_different_seed_gives_different_weights():
     X = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
     y = torch.arange(16) % N_CLASSES
     settings = dict(epochs=1, batch_size=8, lr=1e-3, hidden=8)
-    first = train_in_a_plain_loop(vit, X, y, random_state=0, **settings)
-    second = train_in_a_plain_loop(vit, X, y, random_state=1, **settings)
+    first, _ = train_in_a_plain_loop(vit, X, y, random_state=0, **settings)
+    second, _ = train_in_a_plain_loop(vit, X, y, random_state=1, **settings)
     assert not torch.equal(first.scale_head.layers[0].weight, second.scale_head.layers[0].weight)
 
 
