@@ -17,6 +17,7 @@ from the repository root (a few seconds on a CPU)::
 
 from __future__ import annotations
 
+import math
 import tempfile
 
 import numpy as np
@@ -67,6 +68,8 @@ class CalAttnTrainer(Trainer):
         self.calattn_loss = calattn_loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # CalAttnLoss is a batch mean; num_items_in_batch matters only with gradient
+        # accumulation, which this example does not use.
         inputs = dict(inputs)
         labels = inputs.pop("labels")
         outputs = model(inputs)  # the backbone adapter reads the dict of token inputs
@@ -99,7 +102,7 @@ def main(epochs: int = EPOCHS, seed: int = 0) -> dict[str, dict[str, float]]:
             learning_rate=2e-3,
             weight_decay=0.05,
             lr_scheduler_type="cosine",
-            warmup_steps=38,  # one epoch
+            warmup_steps=math.ceil(len(train) / 32),  # one epoch
             # The model's forward takes one dict, not keyword arguments: keep every column.
             remove_unused_columns=False,
             save_strategy="no",

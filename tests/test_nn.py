@@ -51,8 +51,8 @@ def train_in_a_plain_loop(
 ):
     """CalAttn trained through reliacal.nn with torch primitives only.
 
-    The recipe is the one documented for ``CalAttnFinetuner`` and ``TrainingConfig``,
-    written out: the estimator draws its initialisation seed from
+    The recipe of ``CalAttnFinetuner``, ``TrainingConfig`` and the map of moving parts in
+    ``reliacal/_training/loop.py``, written out: the estimator draws its initialisation seed from
     ``RandomState(random_state)``; the training loop splits ``random_state`` with
     ``SeedSequence`` into split / shuffle / host seeds, reshuffles each epoch with
     ``randperm`` seeded ``shuffle_seed + epoch`` (``DistributedSampler``'s rule), seeds the
