@@ -195,8 +195,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
         ``"none"``: the paper's student, which replaces the blocks.
         Chosen on digits (a 4-block tiny ViT teacher at 96%: the anchored
         student kept 96% after 5 epochs on 360 images, the unanchored one
-        returned 10%) and on MiniLM WordNet noun glosses (see
-        ``benchmarks/text_wordnet.py``).
+        returned 10%) and on MiniLM fine-tuned on 800 WordNet noun glosses
+        (``reconfigure=2``, 2 epochs: test accuracy 37.5% anchored, 22.0%
+        unanchored, teacher 35.2%).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy (the
         authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text).
