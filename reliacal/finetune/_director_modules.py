@@ -396,8 +396,12 @@ class DirectorStudent(nn.Module):
     """The reconfigured network: embedding, shared reverse step, read-out.
 
     ``backbone`` is a copy of the teacher's adapter that shares the teacher's
-    first ``L - k`` blocks (frozen) and holds no later block (they are
-    replaced by ``nn.Identity`` and never called). Its embedding, final norm,
+    first ``L - k`` blocks (frozen). Without an anchor it holds no later block
+    (they are replaced by ``nn.Identity`` and never called); anchored, it
+    shares the last ``k`` blocks too (frozen), and step ``t`` reads
+    ``Net(block_t(h_{t-1}), t)`` instead of ``Net(h_{t-1}, t)``: the shared
+    network then learns a correction of the teacher's step (and the noise),
+    and the student starts as the teacher itself. Its embedding, final norm,
     pooling and classifier are its own copies, initialised from the teacher's.
     With ``k == L`` the embedding trains; with ``k < L`` it stays frozen, as
     do the shared front blocks. States are the plain block boundaries:
@@ -406,13 +410,37 @@ class DirectorStudent(nn.Module):
     Built by :func:`build_student`; see ``DiffusionReconfigurer`` for use.
     """
 
-    def __init__(self, backbone: nn.Module, step: ReverseStep, depth: int, n_reconfigured: int):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        step: ReverseStep,
+        depth: int,
+        n_reconfigured: int,
+        anchored: bool = False,
+    ):
         super().__init__()
         self.backbone = backbone
         self.step = step
         self.readout_mlp = ResidualMLP(step.noise_head.offset.numel())
         self.depth = depth
         self.n_reconfigured = n_reconfigured
+        self.anchored = anchored
+
+    def train(self, mode: bool = True) -> DirectorStudent:
+        super().train(mode)
+        # The teacher's blocks it calls are frozen: their dropout must stay off, or
+        # the path would carry dropout noise that the noise head does not model.
+        blocks = self.backbone.blocks
+        n_shared = self.depth if self.anchored else self.depth - self.n_reconfigured
+        for block in blocks[:n_shared]:
+            block.eval()
+        return self
+
+    def step_input(self, index: int, h: Tensor, context: object) -> Tensor:
+        """What the shared step reads at step ``index + 1``: ``h``, or ``block_index(h)`` anchored."""
+        if not self.anchored:
+            return h
+        return self.backbone.apply_block(index, h, context)
 
     @property
     def first_step(self) -> int:
@@ -427,12 +455,16 @@ class DirectorStudent(nn.Module):
         return h, context
 
     def rollout(
-        self, h: Tensor, mask: Tensor | None, generator: torch.Generator | None = None
+        self,
+        h: Tensor,
+        context: object,
+        generator: torch.Generator | None = None,
     ) -> Tensor:
         """Sample ``h_t = mu(h_{t-1}, t) + sigma(h_{t-1}, t) * eps`` for the reconfigured steps."""
+        mask = key_padding_mask(context)
         for t in range(self.first_step, self.depth + 1):
             steps = torch.full((h.shape[0],), t, device=h.device)
-            mu, sigma = self.step(h, steps, mask)
+            mu, sigma = self.step(self.step_input(t - 1, h, context), steps, mask)
             if generator is None:
                 noise = torch.randn_like(mu)
             else:
@@ -463,18 +495,20 @@ class DirectorStudent(nn.Module):
     ) -> Tensor:
         """:meth:`sample_logits` from a given start state ``h_{L-k}``."""
         batch = h.shape[0]
-        mask = key_padding_mask(context)
         h = h.repeat(n_draws, *([1] * (h.ndim - 1)))
-        if mask is not None:
-            mask = mask.repeat(n_draws, 1)
         if isinstance(context, Tensor):
             context = context.repeat(n_draws, *([1] * (context.ndim - 1)))
-        logits = self.readout(self.rollout(h, mask, generator), context)
+        logits = self.readout(self.rollout(h, context, generator), context)
         return logits.reshape(n_draws, batch, -1)
 
 
 def build_student(
-    teacher: nn.Module, *, n_reconfigured: int, depth: int = 1, noise_init: float = 1e-2
+    teacher: nn.Module,
+    *,
+    n_reconfigured: int,
+    depth: int = 1,
+    noise_init: float = 1e-2,
+    anchored: bool = False,
 ) -> DirectorStudent:
     """Build a :class:`DirectorStudent` for a frozen teacher adapter.
 
@@ -488,6 +522,9 @@ def build_student(
         Adaptive-LayerNorm blocks in the transition network.
     noise_init : float, default=1e-2
         Initial noise level of every step.
+    anchored : bool, default=False
+        Keep the last ``k`` teacher blocks (shared, frozen) and feed the shared
+        step their output (see :class:`DirectorStudent`).
 
     Returns
     -------
@@ -495,13 +532,14 @@ def build_student(
     """
     blocks = teacher.blocks
     n_frozen = len(blocks) - n_reconfigured
-    # deepcopy's memo decides what is copied: the front blocks are shared (not
-    # duplicated) and the replaced blocks become placeholders, so only the
-    # embedding and read-out parts of the teacher are copied.
-    memo: dict[int, object] = {id(block): block for block in blocks[:n_frozen]}
-    memo.update({id(block): nn.Identity() for block in blocks[n_frozen:]})
+    n_shared = len(blocks) if anchored else n_frozen
+    # deepcopy's memo decides what is copied: the front blocks (and anchors) are
+    # shared (not duplicated) and the replaced blocks become placeholders, so only
+    # the embedding and read-out parts of the teacher are copied.
+    memo: dict[int, object] = {id(block): block for block in blocks[:n_shared]}
+    memo.update({id(block): nn.Identity() for block in blocks[n_shared:]})
     backbone = copy.deepcopy(teacher, memo)
-    shared = {id(p) for block in blocks[:n_frozen] for p in block.parameters()}
+    shared = {id(p) for block in blocks[:n_shared] for p in block.parameters()}
     readout = {id(parameter) for parameter in backbone.readout_parameters()}
     for parameter in backbone.parameters():
         if id(parameter) in shared:
@@ -517,7 +555,9 @@ def build_student(
         num_heads=teacher_num_heads(teacher, width),
         noise_init=noise_init,
     )
-    return DirectorStudent(backbone, step, depth=len(blocks), n_reconfigured=n_reconfigured)
+    return DirectorStudent(
+        backbone, step, depth=len(blocks), n_reconfigured=n_reconfigured, anchored=anchored
+    )
 
 
 class DirectorTrainingModule(nn.Module):
@@ -563,7 +603,9 @@ class DirectorTrainingModule(nn.Module):
                 states.append(self.teacher.apply_block(index, states[-1], context))
         mask = key_padding_mask(context)
         batch, k = states[0].shape[0], student.n_reconfigured
-        previous = torch.cat(states[:-1])
+        # Anchored, the step reads block_t(h^q_{t-1}), which is h^q_t itself (the
+        # teacher's blocks are deterministic in eval mode): no block runs twice.
+        previous = torch.cat(states[1:] if student.anchored else states[:-1])
         steps = torch.arange(student.first_step, student.depth + 1, device=previous.device)
         mu, sigma = student.step(
             previous, steps.repeat_interleave(batch), None if mask is None else mask.repeat(k, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ from reliacal.finetune._director_modules import (
     key_padding_mask,
     sinusoidal_step_embedding,
 )
-from reliacal.finetune.director import DiffusionReconfigurer
+from reliacal.finetune.director import DiffusionReconfigurer, StudentBelowTeacherWarning
 from reliacal.training import TrainingDivergedError
 
 VOCAB, PAD = 30, 0
@@ -86,8 +87,10 @@ def trained_teacher(digits):
 @pytest.fixture(scope="module")
 def fitted_vit(digits, trained_teacher):
     X, y = digits
+    # The paper's unanchored student: its matching losses start high and fall.
     estimator = DiffusionReconfigurer(
         trained_teacher,
+        anchor="none",
         max_epochs=5,
         batch_size=32,
         learning_rate=3e-3,
@@ -336,7 +339,13 @@ def test_reconfigure_k_leaves_the_front_blocks_untouched_and_frozen(digits):
     model = tiny_vit(depth=3)
     original = copy.deepcopy(model.state_dict())
     estimator = DiffusionReconfigurer(
-        model, reconfigure=1, max_epochs=1, batch_size=64, device="cpu", random_state=0
+        model,
+        reconfigure=1,
+        anchor="none",
+        max_epochs=1,
+        batch_size=64,
+        device="cpu",
+        random_state=0,
     ).fit(X[:128], y[:128])
     assert estimator.n_reconfigured_ == 1 and estimator.n_blocks_ == 3
     backbone = estimator.network_.backbone
@@ -555,3 +564,129 @@ def test_divergence_leaves_the_estimator_unfitted_and_hands_over_the_student(dig
     student = caught.value.module
     assert isinstance(student, DirectorStudent)
     assert all(bool(torch.isfinite(p).all()) for p in student.parameters())
+
+
+# The teacher anchor, the accuracy check and the noise log -----------------------------------
+
+
+def test_anchored_student_starts_as_its_teacher():
+    model = tiny_vit(depth=3).eval()
+    teacher = frozen_adapter(model)
+    x = torch.randn(4, 1, 16, 16)
+    for k in (3, 1):
+        student = build_student(teacher, n_reconfigured=k, noise_init=2e-6, anchored=True)
+        with torch.no_grad():
+            logits = student.eval().sample_logits(x, n_draws=1)[0]
+            # The oracle: timm's own forward of the teacher model.
+            torch.testing.assert_close(logits, model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_anchored_student_keeps_the_teacher_blocks_frozen_and_in_eval_mode(digits):
+    teacher = frozen_adapter(tiny_bert())
+    student = build_student(teacher, n_reconfigured=2, anchored=True).train()
+    for block in teacher.blocks:
+        assert not block.training  # BERT's dropout stays off on the path
+        assert not any(p.requires_grad for p in block.parameters())
+    assert all(p.requires_grad for p in student.step.parameters())
+
+
+def test_warning_fires_when_the_student_falls_below_its_teacher(digits, trained_teacher):
+    X, y = digits
+    # Crippled on purpose: the unanchored student replaces every block and gets
+    # 12 steps, after which its EMA weights are still about the identity map.
+    crippled = DiffusionReconfigurer(
+        trained_teacher, anchor="none", max_epochs=1, batch_size=32, device="cpu", random_state=0
+    )
+    with pytest.warns(StudentBelowTeacherWarning, match="below its teacher") as record:
+        crippled.fit(X, y)
+    assert record[0].filename == __file__  # points at the caller's line
+    assert crippled.teacher_val_accuracy_ - crippled.student_val_accuracy_ > 0.02
+
+
+def test_no_warning_and_equal_accuracies_when_the_student_is_the_teacher(digits, trained_teacher):
+    X, y = digits
+    # A learning rate of 1e-12 leaves the anchored student as the teacher: both
+    # accuracies must then agree, which they do only if scored on the same rows
+    # (the teacher's by fit, the student's by the training loop).
+    estimator = DiffusionReconfigurer(
+        trained_teacher,
+        max_epochs=1,
+        batch_size=64,
+        learning_rate=1e-12,
+        noise_init=2e-6,
+        validation_fraction=0.25,
+        device="cpu",
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StudentBelowTeacherWarning)
+        estimator.fit(X, y)
+    assert estimator.teacher_val_accuracy_ == estimator.student_val_accuracy_
+    assert estimator.teacher_val_accuracy_ > 0.3  # the teacher is better than chance
+    n_val = math.ceil(0.25 * len(X))
+    assert (estimator.teacher_val_accuracy_ * n_val) == pytest.approx(
+        round(estimator.teacher_val_accuracy_ * n_val)
+    )
+
+
+def test_no_validation_rows_means_no_comparison(digits, trained_teacher):
+    X, y = digits
+    estimator = DiffusionReconfigurer(
+        trained_teacher, max_epochs=1, validation_fraction=0.0, device="cpu", random_state=0
+    ).fit(X[:64], y[:64])
+    assert math.isnan(estimator.teacher_val_accuracy_)
+    assert math.isnan(estimator.student_val_accuracy_)
+
+
+@pytest.mark.slow
+def test_default_student_stays_within_the_margin_of_its_teacher_on_digits():
+    X, y = load_digits_images(image_size=16)
+    config = default_digits_training_config(quick=True, random_state=0)
+    config.max_epochs, config.batch_size, config.learning_rate = 15, 32, 3e-3
+    teacher, _ = train_digits_classifier(X[:800], y[:800], model=tiny_vit(depth=2), config=config)
+    X_test, y_test = X[1000:], y[1000:]
+    with torch.no_grad():
+        logits = teacher.eval()(torch.as_tensor(X_test))
+    teacher_accuracy = float((logits.argmax(1).numpy() == y_test).mean())
+    estimator = DiffusionReconfigurer(
+        teacher, max_epochs=3, batch_size=32, device="cpu", random_state=0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StudentBelowTeacherWarning)
+        estimator.fit(X[:800], y[:800])
+    student_accuracy = float((estimator.predict(X_test) == y_test).mean())
+    assert teacher_accuracy > 0.7
+    assert student_accuracy >= teacher_accuracy - 0.02
+
+
+def test_sigma_is_logged_per_step_and_per_epoch(fitted_vit, digits):
+    n_train = len(digits[0]) - math.ceil(0.1 * len(digits[0]))
+    first, last = fitted_vit.history_[0], fitted_vit.history_[-1]
+    assert len(first["train_sigma_steps"]) == math.ceil(n_train / 32)
+    # Before the first update every step's sigma is exactly noise_init.
+    assert first["train_sigma_steps"][0] == pytest.approx(0.3, rel=1e-5)
+    assert last["train_sigma"] == pytest.approx(last["train_noise_matching"] ** 0.5)
+    assert last["train_sigma"] == pytest.approx(np.mean(last["train_sigma_steps"]), rel=0.2)
+    assert "val_sigma" in last
+
+
+def test_front_runs_once_per_input_and_the_paths_run_as_one_batch(digits, trained_teacher):
+    X, y = digits
+    estimator = DiffusionReconfigurer(
+        trained_teacher, reconfigure=1, max_epochs=1, device="cpu", random_state=0
+    ).fit(X[:64], y[:64])
+    backbone = estimator.network_.backbone
+    rows = {"front": [], "anchor": []}
+    hooks = [
+        backbone.blocks[0].register_forward_hook(
+            lambda m, args, out: rows["front"].append(args[0].shape[0])
+        ),
+        backbone.blocks[-1].register_forward_hook(
+            lambda m, args, out: rows["anchor"].append(args[0].shape[0])
+        ),
+    ]
+    estimator.set_params(n_draws=10, batch_size=50).predict_proba(X[:100])
+    for hook in hooks:
+        hook.remove()
+    assert rows["front"] == [50, 50]  # once per input
+    assert rows["anchor"] == [500, 500]  # ten paths, one batched call per batch
