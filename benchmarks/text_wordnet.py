@@ -576,6 +576,8 @@ def director_stage(data, budget, seed, log) -> list[dict]:
         reconfigure=DIRECTOR_BLOCKS,
         max_epochs=budget.director_epochs,
         batch_size=budget.batch_size,
+        # The default warm-up (2 epochs) would be the whole of a 2-epoch budget.
+        warmup_epochs=budget.warmup_epochs,
         validation_fraction=VALIDATION_FRACTION,
         device="cpu",
         random_state=seed,
@@ -604,6 +606,12 @@ def director_stage(data, budget, seed, log) -> list[dict]:
         deployed = count(fitted_director_network(director))
         fit_s = cached["fit_s"] + director_fit_s
         rows.append(report(name, predictions, data, fit_s, test_s, deployed))
+        # What issue 15 asks to watch: the student against its teacher, and the noise scale.
+        rows[-1].update(
+            teacher_val_accuracy=100 * director.teacher_val_accuracy_,
+            student_val_accuracy=100 * director.student_val_accuracy_,
+            train_sigma=[epoch["train_sigma"] for epoch in director.history_],
+        )
         log(f"  {name}: {rows[-1]['accuracy']:.1f}% ECE {rows[-1]['ece']:.2f}")
     log(f"  DIRECTOR trained in {director_fit_s:.0f} s")
     return rows
@@ -827,14 +835,36 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
                 f"accuracy** against the plain fine-tuned baseline ({mean_accuracy:.1f}% vs "
                 f"{baseline_accuracy:.1f}%): a failed fit, not a calibration result."
             )
-    lines += ["", "Per seed: wall time, load average (1, 5, 15 min) at its end, threads:", ""]
+    lines += director_lines(runs)
+    lines += [
+        "",
+        "Per seed: minutes per stage, load average (1, 5, 15 min) at its end, threads:",
+        "",
+    ]
     for run in runs:
         load = ", ".join(f"{value:.1f}" for value in run["load_average"])
+        stages = ", ".join(f"{name} {sec / 60:.1f}" for name, sec in run["stage_seconds"].items())
         lines.append(
-            f"- seed {run['seed']}: {run['seconds'] / 60:.1f} min, load {load}, "
+            f"- seed {run['seed']}: {run['seconds'] / 60:.1f} min ({stages}), load {load}, "
             f"{run['threads']} threads, {run['machine']}"
         )
     return "\n".join(lines) + "\n"
+
+
+def director_lines(runs: list[dict]) -> list[str]:
+    """DIRECTOR's student against its teacher on the held-out split, and its noise scale."""
+    lines = []
+    for run in runs:
+        row = next((r for r in run["rows"] if r["method"] == "DIRECTOR (1 path)"), None)
+        if row is None or "train_sigma" not in row:
+            continue
+        sigma = " -> ".join(f"{value:.4f}" for value in row["train_sigma"])
+        lines.append(
+            f"- DIRECTOR, seed {run['seed']}: validation accuracy {row['student_val_accuracy']:.1f}%"
+            f" (teacher {row['teacher_val_accuracy']:.1f}%); noise scale sigma per epoch "
+            f"(root mean square) {sigma}."
+        )
+    return ["", *lines] if lines else []
 
 
 def seed_path(seed: int, quick: bool) -> Path:
