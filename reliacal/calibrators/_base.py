@@ -674,6 +674,37 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         calibrated = np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
         return softmax(calibrated, axis=1), y
 
+    def to_torch(self):
+        """Return the fitted map as a ``torch.nn.Module`` (input of ``fit`` -> probabilities).
+
+        See :func:`reliacal.export.calibrator_module`; the module traces
+        with TorchScript and exports to ONNX.
+
+        Returns
+        -------
+        torch.nn.Module
+            Maps ``X`` (logits, or probabilities with ``input="probs"``) of
+            shape ``(n, K)`` to float64 calibrated probabilities equal to
+            ``predict_proba(X)``.
+        """
+        from ..export import calibrator_module
+
+        return calibrator_module(self)
+
+    def save(self, path) -> None:
+        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
+
+        See :func:`reliacal.persistence.save` for the format.
+
+        Parameters
+        ----------
+        path : str or path
+            A folder, or a zip archive when the name has an extension.
+        """
+        from ..persistence import save
+
+        save(self, path)
+
     def _expected_failed_checks(self) -> dict[str, str]:
         """The ``check_estimator`` checks this estimator fails by design, with reasons.
 
