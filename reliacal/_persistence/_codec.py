@@ -249,8 +249,8 @@ class Decoder:
 
     def _backbone(self, value: Any) -> Any:
         if not (isinstance(value, dict) and "$backbone" in value):
-            # A model name (or none): the given backbone, if any, replaces it.
-            return value if self.backbone is None else self.model()
+            # A model name: the given backbone, if any, replaces it; None stays None.
+            return value if value is None or self.backbone is None else self.model()
         if self.backbone is None:
             raise ValueError(
                 f"this model was saved with a backbone object ({value['$backbone']['class']}): "

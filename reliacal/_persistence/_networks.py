@@ -47,7 +47,8 @@ def _config(kind: str, module: Any) -> dict:
             "confidence_inputs": bool(module.confidence_inputs),
         }
     if kind == "director":
-        return {"n_reconfigured": int(module.n_reconfigured), "depth": int(module.depth)}
+        # The transition network's depth is the estimator's own parameter.
+        return {"n_reconfigured": int(module.n_reconfigured)}
     return {}
 
 
@@ -86,7 +87,7 @@ def _build(kind: str, config: dict, decoder: Any, owner: Any) -> Any:
         return build_student(
             teacher,
             n_reconfigured=config["n_reconfigured"],
-            depth=config["depth"],
+            depth=int(owner.depth),
             noise_init=owner.noise_init,
         )
     raise ValueError(f"the saved model holds a network of unknown kind {kind!r}")
