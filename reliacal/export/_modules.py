@@ -7,6 +7,13 @@ returns calibrated probabilities ``(n, K)``. Only operations that
 TorchScript and the ONNX exporter both know are used: the lookups of the
 binning and isotonic maps count the knots at or below each score (a
 comparison and a sum) instead of ``torch.bucketize``, which ONNX lacks.
+``torch.jit.script`` compiles every module but AdaptiveTS's (whose network
+has optional buffers); ``torch.jit.trace`` takes them all.
+
+The one-vs-rest log-odds are computed by torch's ``exp``, ``log`` and sums,
+which may differ from numpy's in the last bit: a score that lies on a
+histogram bin edge to within that rounding (a calibration row's own score,
+since the edges are calibration scores) can land in the neighbouring bin.
 """
 
 from __future__ import annotations
@@ -27,9 +34,6 @@ __all__ = [
     "TemperatureMap",
     "TopLabelBinningMap",
 ]
-
-# log(1 / tiny) for float64: the numpy calibrators clip log-odds to +-this.
-_LOG_ODDS_LIMIT = -math.log(float(np.finfo(np.float64).tiny))
 
 
 def _constant(values) -> torch.Tensor:
@@ -58,12 +62,25 @@ def one_vs_rest_log_odds(logits: torch.Tensor) -> torch.Tensor:
     # The top class's complement is the rest itself, formed without 1 - p (which rounds to 0).
     complement = mask * rest + (1.0 - mask) * (1.0 + rest - others)
     log_odds = shifted - torch.log(complement)
-    return torch.clamp(log_odds, -_LOG_ODDS_LIMIT, _LOG_ODDS_LIMIT)
+    # The numpy calibrators clip log-odds to +-log(1 / tiny) of float64 (a literal: TorchScript
+    # reads no module globals).
+    return torch.clamp(log_odds, -708.3964185322641, 708.3964185322641)
 
 
 def _log1p_exp(values: torch.Tensor) -> torch.Tensor:
     """``log(1 + exp(x))`` without overflow (numpy's ``logaddexp(0, x)``)."""
     return torch.clamp(values, min=0.0) + torch.log1p(torch.exp(-torch.abs(values)))
+
+
+def _log_probabilities(x: torch.Tensor, float64_logs: bool) -> torch.Tensor:
+    """``log(max(p, tiny))`` in float32 for float32 input, else in float64 (numpy's rule).
+
+    The calibrators validate X as float32 or float64, so any other dtype
+    becomes float64 before the log; ``float64_logs`` forces float64.
+    """
+    if x.dtype == torch.float32 and not float64_logs:
+        return torch.log(torch.clamp(x, min=1.1754943508222875e-38))  # float32 tiny
+    return torch.log(torch.clamp(x.to(torch.float64), min=2.2250738585072014e-308))
 
 
 class CalibratorModule(nn.Module):
@@ -96,10 +113,7 @@ class CalibratorModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.probabilities:
-            if self.float64_logs:
-                x = x.to(torch.float64)
-            tiny = torch.finfo(x.dtype).tiny
-            x = torch.log(torch.clamp(x, min=tiny))
+            x = _log_probabilities(x, self.float64_logs)
         return self.core(x.to(torch.float64))
 
 
@@ -193,19 +207,22 @@ class OneVsRestMap(nn.Module):
         super().__init__()
         self.kind = kind
         self.binary = n_classes == 2
+        # Every kind has every buffer (empty when unused): torch.jit.script compiles all
+        # branches of forward, so each attribute must exist.
+        empty = np.zeros((0, 0))
         if kind in ("platt", "beta"):
-            self.register_buffer("coef", _constant(coef))
-            self.register_buffer("intercept", _constant(intercept))
+            coef, intercept, xs, ys, sizes = coef, intercept, empty, empty, []
         else:
             # knots: one (x, y) pair of arrays per map; padded x are +inf (never at or below
             # a score), so they never count in a lookup.
             xs = _padded([x for x, _ in knots], math.inf)
             ys = _padded([y for _, y in knots], 0.0)
-            self.register_buffer("knot_x", _constant(xs))
-            self.register_buffer("knot_y", _constant(ys))
-            self.register_buffer(
-                "n_knots", torch.as_tensor(np.array([len(x) for x, _ in knots], dtype=np.int64))
-            )
+            coef, intercept, sizes = np.zeros(0), np.zeros(0), [len(x) for x, _ in knots]
+        self.register_buffer("coef", _constant(coef))
+        self.register_buffer("intercept", _constant(intercept))
+        self.register_buffer("knot_x", _constant(xs))
+        self.register_buffer("knot_y", _constant(ys))
+        self.register_buffer("n_knots", torch.as_tensor(np.array(sizes, dtype=np.int64)))
 
     def _lookup(self, scores: torch.Tensor) -> torch.Tensor:
         # count[i, m]: knots (or edges) of map m at or below score i (searchsorted "right").
@@ -312,7 +329,7 @@ class AdaptiveTemperatureMap(nn.Module):
         split = x.shape[1] - self.n_logits
         logits = x[:, split:]
         if self.probabilities:  # only the logit block holds probabilities
-            logits = torch.log(torch.clamp(logits, min=torch.finfo(logits.dtype).tiny))
+            logits = _log_probabilities(logits, False)
         features = x[:, :split] if self.has_features else logits
         standardised = (features.to(torch.float64) - self.feature_mean) / self.feature_scale
         standardised = standardised.to(torch.float32)
