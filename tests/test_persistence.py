@@ -51,7 +51,8 @@ CALIBRATORS = {
     "platt": lambda: PlattScaling(input="probs"),
     "beta": lambda: BetaCalibration(input="probs"),
     "isotonic": lambda: IsotonicCalibration(input="probs"),
-    "histogram": lambda: HistogramBinning(input="probs", mode="top-label"),
+    "histogram": lambda: HistogramBinning(input="probs"),
+    "histogram-top-label": lambda: HistogramBinning(input="probs", mode="top-label"),
     "auto": lambda: AutoCalibrator(
         input="probs",
         cv=2,
