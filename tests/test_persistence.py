@@ -8,6 +8,7 @@ import pickle
 import zipfile
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
@@ -100,6 +101,18 @@ def test_calibrators_round_trip_to_identical_predictions(
     assert loaded.get_params(deep=False).keys() == model.get_params(deep=False).keys()
     np.testing.assert_array_equal(loaded.classes_, model.classes_)
     assert_same_predictions(model, loaded, probs[EVALUATION])
+    if name == "auto":
+        pd.testing.assert_frame_equal(loaded.cv_results_, model.cv_results_)
+        assert (loaded.best_name_, loaded.reason_) == (model.best_name_, model.reason_)
+
+
+def test_numpy_scalars_and_non_finite_floats_round_trip(tmp_path, no_pickle):
+    model = TemperatureScaling()
+    model.flags_ = (np.bool_(True), np.int64(3), np.float32(0.5), float("nan"), -np.inf)
+    model.save(tmp_path / "m")
+    flags = reliacal.load(tmp_path / "m").flags_
+    assert flags[:3] == (True, 3, 0.5) and type(flags[0]) is bool
+    assert np.isnan(flags[3]) and flags[4] == -np.inf
 
 
 def test_string_classes_and_manifest_contents(tmp_path, no_pickle):

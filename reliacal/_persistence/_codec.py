@@ -140,6 +140,8 @@ class Encoder:
     def value(self, value: Any, where: str) -> Any:
         if value is None or isinstance(value, bool | str):
             return value
+        if isinstance(value, np.bool_):
+            return bool(value)
         if isinstance(value, numbers.Integral):
             return int(value)
         if isinstance(value, numbers.Real):
