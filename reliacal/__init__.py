@@ -33,6 +33,7 @@ _PUBLIC = {
     "calibration_report": "reliacal.metrics",
     "expected_calibration_error": "reliacal.metrics",
     "as_backbone": "reliacal.backbones",
+    "load": "reliacal.persistence",
 }
 
 __all__ = [*sorted(_PUBLIC), "__version__"]

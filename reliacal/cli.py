@@ -161,7 +161,8 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--save-model",
         metavar="FILE",
-        help="save the fitted calibrator with joblib (its input: probabilities, or logits "
+        help="save the fitted calibrator as a zip archive without pickle, read back by "
+        "reliacal.load(FILE) (its input: probabilities, or logits "
         "when both files hold logits)",
     )
     calibrate.set_defaults(handler=_calibrate)
@@ -346,12 +347,12 @@ def _calibrate(arguments: argparse.Namespace) -> int:
         written = write_predictions(outputs["--out"], calibrated, evaluation.labels, classes)
         _say(f"wrote {written}")
     if "--save-model" in outputs:
-        import joblib
-
         from reliacal._cli_outputs import write_atomically
+        from reliacal.persistence import save
 
+        # reliacal's pickle-free format (manifest.json + arrays.npz), one zip archive.
         written = write_atomically(
-            outputs["--save-model"], lambda temporary: joblib.dump(estimator, temporary)
+            outputs["--save-model"], lambda temporary: save(estimator, temporary, archive=True)
         )
         _say(f"wrote {written}")
     return 0

@@ -281,6 +281,20 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "calibrated_classifiers_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
+    def save(self, path) -> None:
+        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
+
+        See :func:`reliacal.persistence.save` for the format.
+
+        Parameters
+        ----------
+        path : str or path
+            A folder, or a zip archive when the name has an extension.
+        """
+        from .persistence import save
+
+        save(self, path)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # Sparse input is fine exactly when the wrapped classifier takes it.

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import joblib
 import matplotlib.image
 import numpy as np
 import pandas as pd
@@ -18,6 +17,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 from torchmetrics.functional.classification import multiclass_calibration_error
 
+import reliacal
 from reliacal.cli import main
 from reliacal.metrics import calibration_report
 
@@ -253,7 +253,7 @@ def exact_temperature(probs, labels):
 def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves):
     folder, probs, labels, calibration, evaluation = cifar100_halves
     out_file = folder / "calibrated.npz"
-    model_file = folder / "ts.joblib"
+    model_file = folder / "ts.zip"
     status, out, err = calibrate(
         capsys,
         folder,
@@ -280,7 +280,7 @@ def test_calibrate_temperature_matches_the_exact_optimum(capsys, cifar100_halves
     log_probs = np.log(np.clip(probs[evaluation].astype(np.float64), 1e-300, None))
     oracle = np.exp(log_softmax(log_probs / expected, axis=1))
     np.testing.assert_allclose(calibrated, oracle, atol=1e-5)
-    model = joblib.load(model_file)
+    model = reliacal.load(model_file)
     np.testing.assert_array_equal(model.predict_proba(probs[evaluation]), calibrated)
 
     # The written file is a prediction file itself.
@@ -344,12 +344,12 @@ def test_string_labels_with_classes(capsys, tmp_path, load_record):
     expected = calibration_report(labels[2000:4000], {"eval": probs[2000:4000]})
     np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-6)
 
-    model_file = tmp_path / "ts.joblib"
+    model_file = tmp_path / "ts.zip"
     status, out, err = calibrate(
         capsys, tmp_path, "--classes", classes, "--format", "csv", "--save-model", model_file
     )
     assert status == 0, err
-    model = joblib.load(model_file)
+    model = reliacal.load(model_file)
     np.testing.assert_array_equal(model.classes_, names[order])
     predicted = model.predict(probs[2000:4000, order])
     np.testing.assert_array_equal(predicted, names[np.argmax(probs[2000:4000], axis=1)])
@@ -365,7 +365,7 @@ def test_calibrate_without_regularisation_chooses_it_by_cross_validation(
 
     probs, labels = load_record("lenet-5-cifar-10")
     write_split(tmp_path, probs, labels, slice(1000), slice(1000, 2000))
-    model_file = tmp_path / "model.joblib"
+    model_file = tmp_path / "model.zip"
     status, out, err = calibrate(
         capsys, tmp_path, "--method", method, "--format", "csv", "--save-model", model_file
     )
@@ -382,7 +382,7 @@ def test_calibrate_without_regularisation_chooses_it_by_cross_validation(
     chosen = ", ".join(f"{key} = {value:g}" for key, value in best.items())
     name = type(estimator).__name__
     assert f"reliacal: {name}: {chosen} (chosen by 3-fold cross-validated NLL)" in err
-    model = joblib.load(model_file)
+    model = reliacal.load(model_file)
     assert type(model) is type(estimator)
     assert {key: model.get_params()[key] for key in best} == best
     table = pd.read_csv(io.StringIO(out), index_col="model")
@@ -453,9 +453,33 @@ def test_outputs_never_overwrite_an_input(capsys, halves):
     assert (halves / "eval.npz").read_bytes() == before
 
 
+def test_save_model_writes_the_pickle_free_format(capsys, halves, monkeypatch):
+    import pickle
+    import zipfile
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle was used")
+
+    for name in ("dump", "dumps", "load", "loads", "Pickler", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    target = halves / "model.zip"
+    out_file = halves / "calibrated.npz"
+    status, out, err = calibrate(capsys, halves, "--save-model", target, "--out", out_file)
+    assert status == 0, err
+    with zipfile.ZipFile(target) as bundle:
+        assert sorted(bundle.namelist()) == ["arrays.npz", "manifest.json"]
+        manifest = json.loads(bundle.read("manifest.json"))
+    assert manifest["class"] == "reliacal.calibrators.temperature.TemperatureScaling"
+    model = reliacal.load(target)
+    with np.load(halves / "eval.npz") as evaluation:
+        probs = evaluation["probs"]
+    with np.load(out_file) as written:
+        np.testing.assert_array_equal(model.predict_proba(probs), written["probs"])
+
+
 @pytest.mark.parametrize("option", ["--out", "--plot", "--save-model"])
 def test_an_existing_output_needs_force(capsys, halves, option):
-    target = halves / {"--out": "out.npz", "--plot": "plot.png", "--save-model": "m.joblib"}[option]
+    target = halves / {"--out": "out.npz", "--plot": "plot.png", "--save-model": "m.zip"}[option]
     target.write_bytes(b"keep me")
     arguments = ["calibrate", halves / "cal.npz", halves / "eval.npz", option, target]
     status, out, err = run(capsys, *arguments)
@@ -614,12 +638,12 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
 def test_calibrate_auto_reports_its_choice(capsys, tmp_path, load_record):
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     write_split(tmp_path, probs, labels, slice(2000), slice(2000, 4000))
-    model_file = tmp_path / "auto.joblib"
+    model_file = tmp_path / "auto.zip"
     status, out, err = calibrate(
         capsys, tmp_path, "--method", "auto", "--format", "csv", "--save-model", model_file
     )
     assert status == 0, err
-    model = joblib.load(model_file)
+    model = reliacal.load(model_file)
     said = next(line for line in err if line.startswith("reliacal: AutoCalibrator: chose"))
     assert f"chose {model.best_name_!r}" in said and model.reason_ in said
     table = pd.read_csv(io.StringIO(out), index_col="model")

@@ -674,6 +674,64 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         calibrated = np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
         return softmax(calibrated, axis=1), y
 
+    def to_torch(self):
+        """Return the fitted map as a ``torch.nn.Module`` (input of ``fit`` -> probabilities).
+
+        See :func:`reliacal.export.calibrator_module`; the module traces
+        with TorchScript and exports to ONNX.
+
+        Returns
+        -------
+        torch.nn.Module
+            Maps ``X`` (logits, or probabilities with ``input="probs"``) of
+            shape ``(n, K)`` to float64 calibrated probabilities equal to
+            ``predict_proba(X)``.
+
+        Examples
+        --------
+        >>> import numpy as np, torch
+        >>> from reliacal.calibrators import IsotonicCalibration
+        >>> rng = np.random.default_rng(0)
+        >>> y = rng.integers(0, 3, size=300)
+        >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(300, 3)))
+        >>> model = IsotonicCalibration().fit(logits, y)
+        >>> module = model.to_torch()  # ready for torch.jit.script or torch.onnx.export
+        >>> out = module(torch.as_tensor(logits[:4])).numpy()
+        >>> bool(np.allclose(out, model.predict_proba(logits[:4]), atol=1e-12))
+        True
+        """
+        from ..export import calibrator_module
+
+        return calibrator_module(self)
+
+    def save(self, path) -> None:
+        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
+
+        See :func:`reliacal.persistence.save` for the format.
+
+        Parameters
+        ----------
+        path : str or path
+            A folder, or a zip archive when the name has an extension.
+
+        Examples
+        --------
+        >>> import tempfile, numpy as np
+        >>> import reliacal
+        >>> from reliacal.calibrators import VectorScaling
+        >>> rng = np.random.default_rng(0)
+        >>> y = rng.integers(0, 3, size=300)
+        >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(300, 3)))
+        >>> model = VectorScaling().fit(logits, y)
+        >>> folder = tempfile.mkdtemp() + "/vector"
+        >>> model.save(folder)
+        >>> bool(np.array_equal(reliacal.load(folder).predict(logits), model.predict(logits)))
+        True
+        """
+        from ..persistence import save
+
+        save(self, path)
+
     def _expected_failed_checks(self) -> dict[str, str]:
         """The ``check_estimator`` checks this estimator fails by design, with reasons.
 

@@ -97,6 +97,20 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         "label_key": [str],
     }
 
+    def save(self, path) -> None:
+        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
+
+        See :func:`reliacal.persistence.save` for the format.
+
+        Parameters
+        ----------
+        path : str or path
+            A folder, or a zip archive when the name has an extension.
+        """
+        from reliacal.persistence import save
+
+        save(self, path)
+
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
         """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values."""
         resolve_device(self.device)  # a device name torch does not know fails here, clearly
