@@ -53,6 +53,13 @@ class TrainingConfig:
         are optimised.
     learning_rate : float, default=1e-4
         Peak learning rate.
+    head_learning_rate : float or None, default=None
+        Peak learning rate of the module's head: the parameters its
+        ``head_parameters()`` method returns (CalAttn's scale head, for one),
+        which follow the same warm-up and schedule scaled to this peak; the
+        other parameters keep ``learning_rate``. ``None``: ``learning_rate``
+        for every parameter. A newly initialised head often wants a larger
+        rate than a pre-trained backbone.
     weight_decay : float, default=0.05
     momentum : float, default=0.9
         SGD only.
@@ -142,6 +149,7 @@ class TrainingConfig:
     random_state: int | None = None
     num_workers: int = 0
     min_learning_rate: float = 0.0
+    head_learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         validate_parameter_constraints(
