@@ -121,7 +121,8 @@ def warn_if_never_above_chance(
         f"frequent validation label) in {len(history)} epoch(s) (best {best:.3f}); the kept "
         f"weights (epoch {best_epoch}) predict no better than always answering that label. "
         "Train longer (max_epochs), change learning_rate or warmup_epochs, and check that "
-        "the labels match the inputs",
+        "the labels match the inputs (when calibrating fixed logits, as AdaptiveTS does, "
+        "it is the model that produced them that is at chance)",
         UserWarning,
         stacklevel=2,
     )

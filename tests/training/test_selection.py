@@ -195,3 +195,19 @@ def test_improves_puts_chance_first_for_every_metric(metric, at_chance, above):
     assert improves(no_accuracy, {f"val_{metric}": above}, metric=metric, chance=None) == (
         metric != "accuracy"
     )
+
+
+def test_adaptive_ts_on_logits_of_a_chance_classifier_warns():
+    # Every row favours class 0 while the labels are balanced: whatever temperatures
+    # AdaptiveTS learns, argmax (and so accuracy) stays at chance in every epoch.
+    from reliacal.calibrators import AdaptiveTS
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(scale=0.1, size=(120, 3))
+    logits[:, 0] += 2.0
+    y = np.arange(120) % 3
+    model = AdaptiveTS(
+        latent_dim=2, hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,), max_epochs=2
+    )
+    with pytest.warns(UserWarning, match="never rose above chance.*fixed logits"):
+        model.set_params(random_state=0).fit(logits, y)
