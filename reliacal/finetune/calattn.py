@@ -64,7 +64,9 @@ class CalAttnFinetuner(FinetuneEstimator):
     with :func:`reliacal.training.fit_module` (AdamW, warm-up then cosine
     decay; the paper's SGD recipe with ``optimizer="sgd"``). The checkpoint
     with the best score on a held-out validation split (never augmented) is
-    kept. Optionally a temperature is then fitted on that split
+    kept, but never one at chance accuracy when another epoch is above chance
+    (the paper's lowest-ECE rule alone can keep a network that always answers
+    the majority class). Optionally a temperature is then fitted on that split
     (``post_hoc="temperature"``), since the paper reports results before and
     after temperature scaling.
 
