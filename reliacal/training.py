@@ -53,6 +53,13 @@ class TrainingConfig:
         are optimised.
     learning_rate : float, default=1e-4
         Peak learning rate.
+    head_learning_rate : float or None, default=None
+        Peak learning rate of the module's head: the parameters its
+        ``head_parameters()`` method returns (CalAttn's scale head, for one),
+        which follow the same warm-up and schedule scaled to this peak; the
+        other parameters keep ``learning_rate``. ``None``: ``learning_rate``
+        for every parameter. A newly initialised head often wants a larger
+        rate than a pre-trained backbone.
     weight_decay : float, default=0.05
     momentum : float, default=0.9
         SGD only.
@@ -83,7 +90,11 @@ class TrainingConfig:
         weights.
     selection_metric : {"ece", "nll", "loss", "accuracy"}, default="ece"
         Validation score that picks the returned checkpoint: lowest ECE, NLL or
-        mean loss, highest accuracy.
+        mean loss, highest accuracy. An epoch whose validation accuracy is at
+        or below chance (the share of the most frequent validation label) is
+        never kept when another epoch is above chance, since a network that
+        always answers the majority label can have an ECE of zero; when no
+        epoch is above chance, a ``UserWarning`` says so.
     n_iter_no_change : int or None, default=None
         Early stopping: stop after this many epochs without a strictly better
         validation score. Needs validation data.
@@ -138,6 +149,7 @@ class TrainingConfig:
     random_state: int | None = None
     num_workers: int = 0
     min_learning_rate: float = 0.0
+    head_learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         validate_parameter_constraints(
@@ -179,7 +191,8 @@ def fit_module(
     on the validation data in eval mode under ``no_grad`` without
     ``train_transform``: mean ``loss_fn``, and top-label ECE (15 equal-width
     bins; Guo et al., ICML 2017), NLL and accuracy of ``softmax(logits)``. The
-    weights of the best epoch by ``config.selection_metric`` are kept. Without
+    weights of the best epoch by ``config.selection_metric`` are kept, epochs
+    at chance accuracy only when no epoch rose above chance. Without
     validation data (``validation_fraction=0`` and no ``validation_data``) the
     last weights are kept.
 
@@ -237,6 +250,13 @@ def fit_module(
         It is a ``ValueError``.
     ValueError
         On invalid inputs or a checkpoint written by a different configuration.
+
+    Warns
+    -----
+    UserWarning
+        When no epoch's validation accuracy rose above chance: the kept
+        weights predict no better than always answering the most frequent
+        validation label.
 
     Examples
     --------

@@ -85,7 +85,7 @@ def test_every_calibrator_name_is_still_importable():
 
 def test_every_private_module_of_the_training_loop_imports_on_its_own():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for module in ("results", "loop", "checkpoint", "guard", "randomness", "state"):
+    for module in ("results", "loop", "checkpoint", "guard", "randomness", "state", "selection"):
         result = subprocess.run(
             [sys.executable, "-c", f"import reliacal._training.{module}"],
             capture_output=True,

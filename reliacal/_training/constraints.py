@@ -30,6 +30,7 @@ TRAINING_CONSTRAINTS: dict[str, list] = {
     "batch_size": _POSITIVE_INT,
     "optimizer": [StrOptions(set(OPTIMIZERS))],
     "learning_rate": _POSITIVE,
+    "head_learning_rate": [*_POSITIVE, None],
     "weight_decay": _NON_NEGATIVE,
     "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
     "nesterov": ["boolean"],

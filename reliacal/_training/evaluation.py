@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from reliacal._data import split_batch
 from reliacal._device import to_device
+from reliacal._training.selection import chance_accuracy
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
 
 N_BINS = 15
@@ -53,12 +54,14 @@ def evaluate(
     device: torch.device,
     autocast: Callable,
     params: dict[str, torch.Tensor] | None = None,
-) -> tuple[dict[str, float], str | None]:
+) -> tuple[dict[str, float], str | None, float | None]:
     """Mean loss and, when the outputs are classification logits, ECE / NLL / accuracy.
 
     ``params`` (EMA weights) replace the module's trainable parameters for this
-    pass only. Returns the scores and, when ECE / NLL / accuracy cannot be
-    computed, the reason why.
+    pass only. Returns the scores, the reason why ECE / NLL / accuracy cannot
+    be computed (None when they are), and the chance accuracy of the
+    validation labels (:func:`~reliacal._training.selection.chance_accuracy`;
+    None without classification scores).
     """
     was_training = module.training
     module.eval()
@@ -90,6 +93,7 @@ def evaluate(
     if count == 0:
         raise ValueError("the validation data is empty")
     scores = {"loss": loss_sum / count}
+    chance = None
     if why_not is None:
         logits = torch.cat(all_logits)
         if not bool(torch.isfinite(logits).all()):
@@ -100,5 +104,7 @@ def evaluate(
                 "validation samples are NaN or infinite: check the validation inputs for "
                 "NaN or infinite values"
             )
-        scores.update(classification_scores(logits, torch.cat(all_y)))
-    return scores, why_not
+        y = torch.cat(all_y)
+        scores.update(classification_scores(logits, y))
+        chance = chance_accuracy(y.numpy(), logits.shape[1])
+    return scores, why_not, chance

@@ -60,6 +60,7 @@ from reliacal._training.guard import LastGoodWeights
 from reliacal._training.optim import Precision, make_optimizer, make_scheduler
 from reliacal._training.randomness import broadcast_seed, split_indices
 from reliacal._training.results import TrainingDivergedError, TrainingResult
+from reliacal._training.selection import improves, warn_if_never_above_chance
 from reliacal._training.state import (
     ExponentialMovingAverage,
     capture_rng_state,
@@ -177,6 +178,8 @@ class Run:
         self.best_state: dict[str, torch.Tensor] | None = None
         self.best_epoch, self.best_score = 0, math.nan
         self.epochs_without_improvement = 0
+        # Chance accuracy of the validation labels, known after the first validation.
+        self.chance: float | None = None
         self.epochs_done = 0
         self.finished = self.stopped_early = False
         self._last_lr = self.optimizer.param_groups[0]["lr"]
@@ -222,10 +225,13 @@ class Run:
         logs: dict[str, Any] = {"epoch": epoch_index + 1, "train_loss": train_loss}
         logs["lr"] = self._last_lr
         if self.validation_loader is not None:
-            scores = self._validate()
+            scores, self.chance = self._validate()
             logs.update({f"val_{name}": value for name, value in scores.items()})
             score = scores[self.config.selection_metric]
-            if self.best_state is None or _better(score, self.best_score, self.config):
+            # The kept epoch's entry; after a resume it comes from the restored history.
+            best = None if self.best_state is None else self.history[self.best_epoch - 1]
+            metric = self.config.selection_metric
+            if improves(logs, best, metric=metric, chance=self.chance):
                 self.best_state = self._current_weights()
                 self.best_epoch, self.best_score = epoch_index + 1, score
                 self.epochs_without_improvement = 0
@@ -364,8 +370,9 @@ class Run:
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         return bool(bad)
 
-    def _validate(self) -> dict[str, float]:
-        scores, why_not = evaluate(
+    def _validate(self) -> tuple[dict[str, float], float | None]:
+        """The validation scores and the chance accuracy of the validation labels."""
+        scores, why_not, chance = evaluate(
             self.module,
             self.validation_loader,
             self.loss_fn,
@@ -379,7 +386,7 @@ class Run:
                 f"selection_metric={self.config.selection_metric!r} cannot be computed: "
                 f"{why_not}. Pass logits_fn, or use selection_metric='loss'."
             )
-        return scores
+        return scores, chance
 
     def _current_weights(self) -> dict[str, torch.Tensor]:
         # A CPU copy: the best state must not alias the live weights, nor hold GPU memory.
@@ -403,6 +410,9 @@ class Run:
             # No validation data: the last weights (or their EMA) are the result.
             self.best_state = self._current_weights()
             self.best_epoch = self.epochs_done
+        elif self.main:
+            # A run resumed after it finished validates nothing: chance is then unknown.
+            warn_if_never_above_chance(self.history, self.chance, self.best_epoch)
         self.module.load_state_dict(self.best_state)
         self.module.to("cpu").eval()
         return TrainingResult(
@@ -480,12 +490,6 @@ class Run:
             return int(self.config.random_state)
         # Unseeded: drawn from torch's global generator, rank 0's value for all.
         return broadcast_seed(int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64)), self.device)
-
-
-def _better(score: float, best: float, config) -> bool:
-    if config.selection_metric == "accuracy":
-        return score > best
-    return score < best
 
 
 def _training_device(device: str, distributed: bool) -> torch.device:

@@ -9,11 +9,57 @@ import torch
 from torch import nn
 
 
-def make_optimizer(module: nn.Module, config) -> torch.optim.Optimizer:
-    """Build the optimiser named by ``config.optimizer`` over the trainable parameters."""
+def parameter_groups(module: nn.Module, config) -> list[dict]:
+    """The trainable parameters, split into the body and the head when the rates differ.
+
+    Without ``config.head_learning_rate`` there is one group at
+    ``config.learning_rate``. With it, the parameters that
+    ``module.head_parameters()`` returns form a second group at that rate
+    (the first group stays first: the training log reports its rate); the
+    scheduler then scales both groups by the same factor.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> class Net(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.body, self.head = nn.Linear(2, 2), nn.Linear(2, 1)
+    ...     def head_parameters(self):
+    ...         return self.head.parameters()
+    >>> groups = parameter_groups(Net(), SimpleNamespace(learning_rate=1e-4,
+    ...                                                  head_learning_rate=1e-3))
+    >>> [(group["lr"], len(group["params"])) for group in groups]
+    [(0.0001, 2), (0.001, 2)]
+    """
     params = [param for param in module.parameters() if param.requires_grad]
     if not params:
         raise ValueError("the module has no parameter with requires_grad=True: nothing to train")
+    head_rate = getattr(config, "head_learning_rate", None)
+    if head_rate is None:
+        return [{"params": params, "lr": config.learning_rate}]
+    if not callable(getattr(module, "head_parameters", None)):
+        raise ValueError(
+            f"head_learning_rate is set but {type(module).__name__} has no head_parameters() "
+            "method that names its head; leave head_learning_rate=None"
+        )
+    head_ids = {id(param) for param in module.head_parameters() if param.requires_grad}
+    body = [param for param in params if id(param) not in head_ids]
+    head = [param for param in params if id(param) in head_ids]
+    # An empty group would be harmless to torch but would hide a head that trains nothing.
+    return [
+        {"params": group, "lr": rate}
+        for group, rate in ((body, config.learning_rate), (head, head_rate))
+        if group
+    ]
+
+
+def make_optimizer(module: nn.Module, config) -> torch.optim.Optimizer:
+    """Build the optimiser named by ``config.optimizer`` over the trainable parameters.
+
+    The parameters come in the groups of :func:`parameter_groups`.
+    """
+    params = parameter_groups(module, config)
     if config.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     if config.optimizer == "adam":

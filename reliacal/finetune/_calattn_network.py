@@ -83,6 +83,11 @@ class CalAttnNetwork(nn.Module):
         if freeze_backbone:
             self.backbone.requires_grad_(False)
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The parameters outside the backbone: those ``head_learning_rate`` trains."""
+        backbone = {id(param) for param in self.backbone.parameters()}
+        return [param for param in self.parameters() if id(param) not in backbone]
+
     def train(self, mode: bool = True) -> CalAttnNetwork:
         super().train(mode)
         if self.freeze_backbone:

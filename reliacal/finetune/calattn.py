@@ -64,7 +64,9 @@ class CalAttnFinetuner(FinetuneEstimator):
     with :func:`reliacal.training.fit_module` (AdamW, warm-up then cosine
     decay; the paper's SGD recipe with ``optimizer="sgd"``). The checkpoint
     with the best score on a held-out validation split (never augmented) is
-    kept. Optionally a temperature is then fitted on that split
+    kept, but never one at chance accuracy when another epoch is above chance
+    (the paper's lowest-ECE rule alone can keep a network that always answers
+    the majority class). Optionally a temperature is then fitted on that split
     (``post_hoc="temperature"``), since the paper reports results before and
     after temperature scaling.
 
@@ -110,6 +112,11 @@ class CalAttnFinetuner(FinetuneEstimator):
     post_hoc : {None, "temperature"}, default=None
         Fit :class:`reliacal.calibrators.TemperatureScaling` on the held-out
         validation predictions after training (needs ``validation_fraction > 0``).
+    head_learning_rate : float or None, default=None
+        Peak learning rate of the scale head (the parameters outside the
+        backbone), on the same warm-up and schedule; ``None``: the backbone's
+        ``learning_rate``. The head starts from a random initialisation while
+        the backbone is pre-trained, so it may want a larger rate.
     max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, \
 grad_clip_norm, validation_fraction, selection_metric, n_iter_no_change, \
 mixed_precision, checkpoint_dir, device, verbose
@@ -197,6 +204,7 @@ mixed_precision, checkpoint_dir, device, verbose
         max_epochs: int = 10,
         optimizer: str = "adamw",
         learning_rate: float = 1e-4,
+        head_learning_rate: float | None = None,
         weight_decay: float = 0.05,
         warmup_epochs: float = 1.0,
         grad_clip_norm: float | None = 1.0,
@@ -217,6 +225,7 @@ mixed_precision, checkpoint_dir, device, verbose
         self.max_epochs = max_epochs
         self.optimizer = optimizer
         self.learning_rate = learning_rate
+        self.head_learning_rate = head_learning_rate
         self.weight_decay = weight_decay
         self.warmup_epochs = warmup_epochs
         self.grad_clip_norm = grad_clip_norm
@@ -240,6 +249,7 @@ mixed_precision, checkpoint_dir, device, verbose
         "calibration_head": ["boolean", StrOptions({"global"})],
         "post_hoc": [StrOptions({"temperature"}), None],
         "optimizer": TRAINING_CONSTRAINTS["optimizer"],
+        "head_learning_rate": TRAINING_CONSTRAINTS["head_learning_rate"],
         "grad_clip_norm": TRAINING_CONSTRAINTS["grad_clip_norm"],
         "train_transform": [callable, None],
     }
@@ -304,6 +314,7 @@ mixed_precision, checkpoint_dir, device, verbose
         seed = self._fit_seed()
         config = self._training_config(
             optimizer=self.optimizer,
+            head_learning_rate=self.head_learning_rate,
             grad_clip_norm=self.grad_clip_norm,
             # The split is made here (the post-hoc temperature needs it), not by the trainer.
             validation_fraction=0.0,

