@@ -89,6 +89,7 @@ def _build(kind: str, config: dict, decoder: Any, owner: Any) -> Any:
             n_reconfigured=config["n_reconfigured"],
             depth=int(owner.depth),
             noise_init=owner.noise_init,
+            anchored=owner.anchor == "teacher",
         )
     raise ValueError(f"the saved model holds a network of unknown kind {kind!r}")
 
