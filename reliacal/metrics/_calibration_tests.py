@@ -9,6 +9,7 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
@@ -32,6 +33,7 @@ def _scores(y_true, y_prob, mode, labels):
     return confidence, outcome.astype(np.float64)
 
 
+@accepts_dask("ks_error")
 @shared_doc(METRIC_DOCS)
 def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Kolmogorov-Smirnov calibration error (Gupta et al., 2021).
@@ -106,6 +108,14 @@ def spiegelhalter_from_sums(deviation: float, variance: float) -> SpiegelhalterR
     return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))
 
 
+def _result_of_table(statistic: float, pvalue: float) -> SpiegelhalterResult:
+    """The test from the metric table's values (NaN there means undefined)."""
+    if math.isnan(statistic):
+        spiegelhalter_from_sums(0.0, 0.0)  # raises the in-memory error
+    return SpiegelhalterResult(statistic, pvalue)
+
+
+@accepts_dask("spiegelhalter_z", "spiegelhalter_p", combine=_result_of_table)
 @shared_doc(METRIC_DOCS)
 def spiegelhalter_test(
     y_true, y_prob, *, mode: str = "top-label", labels=None

@@ -7,6 +7,7 @@ import numpy as np
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option, check_probabilities
 from reliacal.metrics._binning import STRATEGIES, bin_scores
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
@@ -63,6 +64,7 @@ def sweep_of_sorted(sorted_confidence, sorted_outcome, norm: str = "l1") -> tupl
     return float(np.sqrt(np.sum(weights[filled] * gaps**2))), n_bins
 
 
+@accepts_dask("sweep_ece")
 @shared_doc(METRIC_DOCS)
 def monotonic_sweep_calibration_error(
     y_true,
@@ -133,6 +135,7 @@ def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
     return weights, excess
 
 
+@accepts_dask("overconfidence_error")
 @shared_doc(METRIC_DOCS)
 def overconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -162,6 +165,7 @@ def overconfidence_error(
     return float(np.sum(weights * np.maximum(excess, 0.0)))
 
 
+@accepts_dask("underconfidence_error")
 @shared_doc(METRIC_DOCS)
 def underconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -190,6 +194,7 @@ def underconfidence_error(
     return float(np.sum(weights * np.maximum(-excess, 0.0)))
 
 
+@accepts_dask("overconfidence")
 @shared_doc(METRIC_DOCS)
 def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Signed calibration error: mean confidence minus accuracy.
