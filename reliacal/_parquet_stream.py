@@ -159,7 +159,13 @@ def stream_parquet(
     >>> state.n_samples, source
     (2, "preds.parquet: probabilities from 2 columns (p0, p1), labels from column 'label'")
     """
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(
+            "reading parquet batch by batch needs pyarrow: pip install pyarrow, or pip "
+            "install 'reliacal[parquet]'"
+        ) from None
 
     from reliacal._validation import check_logits
 

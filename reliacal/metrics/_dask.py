@@ -175,6 +175,7 @@ def accepts_dask(*names: str, combine=None):
                 return function(y_true, y_prob, **kwargs)
             from reliacal.metrics._registry import BY_NAME
 
+            signature.bind(y_true, y_prob, **kwargs)  # a TypeError for unknown arguments
             fixed = {
                 key: value
                 for key, value in kwargs.items()

@@ -35,7 +35,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "reliacal.metrics.torchmetrics needs torchmetrics (and torch): "
-        "pip install torchmetrics, or pip install 'reliacal[dev]'"
+        "pip install torchmetrics, or pip install 'reliacal[torchmetrics]'"
     ) from error
 
 from reliacal._validation import check_n_bins, check_option

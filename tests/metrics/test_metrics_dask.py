@@ -147,6 +147,11 @@ def test_bad_dask_input_raises(client, data, call, message):
         call(*_dask_arrays(*data))
 
 
+def test_unknown_arguments_raise_as_in_memory(client, data):
+    with pytest.raises(TypeError, match="n_bins"):
+        metrics.accuracy(*_dask_arrays(*data), n_bins=3)
+
+
 def test_frames_with_different_partitions_raise(client, data):
     labels, probs = data
     dask_labels, _ = _frame(labels, probs, npartitions=3)
