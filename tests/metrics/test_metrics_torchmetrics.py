@@ -119,3 +119,38 @@ def test_missing_torchmetrics_says_how_to_install():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "pip install torchmetrics" in result.stdout, result.stderr
+
+
+def _ddp_rank(rank, world_size, init_file, out_dir):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        metric = BinnedCalibrationError(n_bins=10)
+        # Each rank sees every other batch; compute() sums the states over the ranks.
+        for index, (probs, labels) in enumerate(_batches(n_batches=4, seed=7)):
+            if index % world_size == rank:
+                metric.update(probs, labels)
+        value = float(metric.compute())
+        torch.save(
+            {"ece": value, "local_count": float(metric.counts.sum())}, f"{out_dir}/{rank}.pt"
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_synchronise_the_sums(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ddp_rank, args=(2, tmp_path / "init", tmp_path), nprocs=2, join=True)
+    probs, labels = zip(*_batches(n_batches=4, seed=7), strict=True)
+    expected = expected_calibration_error(
+        torch.cat(labels).numpy(), torch.cat(probs).numpy(), n_bins=10
+    )
+    for rank in range(2):
+        result = torch.load(tmp_path / f"{rank}.pt")
+        assert result["ece"] == pytest.approx(expected, rel=1e-12)
+        # Each rank kept its own two batches: only compute() saw the summed state.
+        assert result["local_count"] == 2 * 500
