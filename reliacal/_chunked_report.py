@@ -18,9 +18,12 @@ import numpy as np
 import pandas as pd
 
 from reliacal.metrics import CalibrationState
-from reliacal.metrics._registry import REPORT_COLUMNS
+from reliacal.metrics._registry import REPORT_COLUMNS, STREAMABLE
 
-__all__ = ["BLOCK_ROWS", "metric_states", "report_from_states"]
+__all__ = ["BLOCK_ROWS", "STREAMABLE_COLUMNS", "metric_states", "report_from_states"]
+
+# The report's columns that stream from bin sums: all a state without confidences has.
+STREAMABLE_COLUMNS = tuple(name for name in REPORT_COLUMNS if name in STREAMABLE)
 
 # Rows per block: 2**16 rows of 1,000 float64 classes are 0.5 GB of input, but the
 # per-block temporaries are O(rows), a few megabytes.
@@ -28,7 +31,12 @@ BLOCK_ROWS = 1 << 16
 
 
 def metric_states(
-    y_true, predictions: Mapping[str, np.ndarray], *, n_bins: int, labels=None
+    y_true,
+    predictions: Mapping[str, np.ndarray],
+    *,
+    n_bins: int,
+    labels=None,
+    keep_confidences: bool = True,
 ) -> dict[str, CalibrationState]:
     """One streaming state per model, fed ``BLOCK_ROWS`` rows at a time.
 
@@ -42,6 +50,9 @@ def metric_states(
         Bins of the binned metrics.
     labels : array-like of shape (K,), optional
         The class of each column.
+    keep_confidences : bool, default=True
+        Keep what the sorted and smoothed columns need (False: the streamable
+        columns only, in constant memory).
 
     Returns
     -------
@@ -70,7 +81,7 @@ def metric_states(
                 f"model {name!r}: y_true and y_prob have different lengths: "
                 f"{y_true.shape[0]} labels for {y_prob.shape[0]} rows of probabilities"
             )
-        state = CalibrationState(n_bins, labels=labels, keep_confidences=True)
+        state = CalibrationState(n_bins, labels=labels, keep_confidences=keep_confidences)
         try:
             for start in range(0, max(len(y_true), 1), BLOCK_ROWS):
                 stop = start + BLOCK_ROWS
@@ -81,13 +92,18 @@ def metric_states(
     return states
 
 
-def report_from_states(states: Mapping[str, CalibrationState]) -> pd.DataFrame:
+def report_from_states(
+    states: Mapping[str, CalibrationState], columns=REPORT_COLUMNS
+) -> pd.DataFrame:
     """The table of :func:`reliacal.metrics.calibration_report` from streaming states.
 
     Parameters
     ----------
     states : mapping of str to CalibrationState
-        Model name to a state built with ``keep_confidences=True``.
+        Model name to a state built with ``keep_confidences=True`` (or any state,
+        with ``columns=STREAMABLE_COLUMNS``).
+    columns : sequence of str, default: every column of the report
+        The columns to compute.
 
     Returns
     -------
@@ -105,7 +121,7 @@ def report_from_states(states: Mapping[str, CalibrationState]) -> pd.DataFrame:
     >>> bool(np.allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-12))
     True
     """
-    rows = {name: state.compute(REPORT_COLUMNS) for name, state in states.items()}
+    rows = {name: state.compute(columns) for name, state in states.items()}
     report = pd.DataFrame.from_dict(rows, orient="index")
     report.index.name = "model"
     return report

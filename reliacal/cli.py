@@ -110,6 +110,13 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_reading_options(evaluate)
     _add_report_options(evaluate)
     evaluate.add_argument("--name", default=None, help="model name in the report")
+    evaluate.add_argument(
+        "--streamable-only",
+        action="store_true",
+        help="report only the metrics computed from per-bin sums (constant memory on any "
+        "number of rows; no adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or "
+        "smooth every confidence)",
+    )
     evaluate.set_defaults(handler=_evaluate)
 
     calibrate = commands.add_parser(
@@ -185,7 +192,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 _PREDICTION_HELP = (
     "predictions: .npz (keys probs/predictions/logits and labels/ground_truth/y), .npy "
-    "(labels from a second file), or .csv/.parquet (a label column and one column per class)"
+    "(labels from a second file), or .csv/.parquet (a label column and one column per class); "
+    "evaluate also reads a folder of .parquet files, and reads parquet batch by batch"
 )
 
 
@@ -279,14 +287,35 @@ def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
 
 
 def _evaluate(arguments: argparse.Namespace) -> int:
-    from reliacal._chunked_report import metric_states, report_from_states
+    from reliacal._chunked_report import (
+        REPORT_COLUMNS,
+        STREAMABLE_COLUMNS,
+        metric_states,
+        report_from_states,
+    )
+    from reliacal._parquet_stream import is_parquet_input
 
     outputs = _check_outputs(arguments, [arguments.predictions, arguments.labels])
-    predictions = _load(arguments.predictions, arguments.labels, arguments)
     name = arguments.name or Path(arguments.predictions).stem
+    columns = STREAMABLE_COLUMNS if arguments.streamable_only else REPORT_COLUMNS
+    if is_parquet_input(arguments.predictions):
+        if arguments.labels is None and "--plot" not in outputs:
+            _print_report(arguments, report_from_states(_stream(arguments, name), columns))
+            return 0
+        if Path(arguments.predictions).is_dir():
+            raise UserError(
+                "a folder of parquet files is read batch by batch: its label column must be "
+                "in the files (no --labels) and --plot, which needs every row in memory, is "
+                "not available"
+            )
+    predictions = _load(arguments.predictions, arguments.labels, arguments)
     models = {name: predictions.probs}
     states = metric_states(
-        predictions.labels, models, n_bins=arguments.n_bins, labels=predictions.classes
+        predictions.labels,
+        models,
+        n_bins=arguments.n_bins,
+        labels=predictions.classes,
+        keep_confidences=not arguments.streamable_only,
     )
     plot = None
     if "--plot" in outputs:
@@ -294,10 +323,27 @@ def _evaluate(arguments: argparse.Namespace) -> int:
     # The states hold all the metrics need: free the matrix before the quantile and smoothed
     # metrics sort and smooth the confidences, so that the peak stays near the input's size.
     del predictions, models
-    _print_report(arguments, report_from_states(states))
+    _print_report(arguments, report_from_states(states, columns))
     if plot is not None:
         _plot(arguments, *plot)
     return 0
+
+
+def _stream(arguments: argparse.Namespace, name: str) -> dict:
+    """``{name: state}`` of a parquet file or folder read batch by batch."""
+    from reliacal._parquet_stream import stream_parquet
+
+    state, source = stream_parquet(
+        arguments.predictions,
+        n_bins=arguments.n_bins,
+        probs_key=arguments.probs_key,
+        labels_key=arguments.labels_key,
+        logits=arguments.logits,
+        classes=arguments.classes,
+        keep_confidences=not arguments.streamable_only,
+    )
+    _say(source)
+    return {name: state}
 
 
 def _calibrate(arguments: argparse.Namespace) -> int:

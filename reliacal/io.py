@@ -286,7 +286,13 @@ class _Table:
 def _read_table(
     path: Path, probs_key: str | None, labels_key: str | None, labels_in_table: bool
 ) -> _Table:
-    frame = _read_dataframe(path)
+    return table_from_frame(path, _read_dataframe(path), probs_key, labels_key, labels_in_table)
+
+
+def table_from_frame(
+    path: Path, frame, probs_key: str | None, labels_key: str | None, labels_in_table: bool
+) -> _Table:
+    """The label and value columns of a DataFrame read from ``path`` (a whole file or a batch)."""
     columns = [str(column) for column in frame.columns]
     frame.columns = columns
     label_column = None

@@ -64,8 +64,26 @@ def _third_party_imports() -> set[str]:
     return modules - set(sys.stdlib_module_names) - {"reliacal", "__future__"}
 
 
+# Extras that enable one feature each: their imports sit inside that feature's code (or
+# behind an ImportError that names the extra). dev and bench are tools, not features.
+FEATURE_EXTRAS = ("distributed", "parquet", "torchmetrics")
+
+
+def _feature_extras() -> set[str]:
+    """Normalised names of the distributions of the feature extras."""
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    return {
+        _normalise(re.match(r"[A-Za-z0-9_.-]+", requirement).group(0))
+        for extra in FEATURE_EXTRAS
+        for requirement in extras[extra]
+    }
+
+
 def test_every_third_party_import_is_a_declared_dependency():
-    declared = _declared()
+    declared = set(_declared()) | _feature_extras()
     distributions = importlib.metadata.packages_distributions()
     undeclared = {
         module: distributions.get(module)

@@ -9,6 +9,11 @@ top-label unless ``mode="positive"``) are stated in :func:`binned_statistics`.
 Scorers for scikit-learn model selection: ``ece_scorer``, ``nll_scorer`` and
 ``brier_scorer`` are negated (greater is better) and call ``predict_proba``;
 :func:`make_calibration_scorer` builds others.
+
+The metric functions and :func:`calibration_report` also take Dask arrays and
+DataFrames (per-partition :class:`CalibrationState` objects, merged; Dask is
+imported only then). ``reliacal.metrics.torchmetrics.BinnedCalibrationError`` is
+a torchmetrics ``Metric`` of per-bin sums (needs torchmetrics).
 """
 
 from reliacal.metrics._binning import BinnedStatistics, binned_statistics

@@ -12,6 +12,7 @@ from reliacal._validation import (
     check_probabilities,
 )
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import CLASSWISE, ERROR_MODES, check_mode
 from reliacal.metrics._predictions import (
@@ -127,6 +128,7 @@ def _check_common(n_bins, strategy, norm=None):
     return n_bins
 
 
+@accepts_dask("ece")
 @shared_doc(METRIC_DOCS)
 def expected_calibration_error(
     y_true,
@@ -204,6 +206,7 @@ def expected_calibration_error(
     return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
 
 
+@accepts_dask("mce")
 @shared_doc(METRIC_DOCS)
 def maximum_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -237,6 +240,7 @@ def maximum_calibration_error(
     )
 
 
+@accepts_dask("classwise_ece")
 def classwise_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", norm="l1", labels=None
 ) -> float:
@@ -292,6 +296,7 @@ def classwise_calibration_error(
     return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy), norm)
 
 
+@accepts_dask("debiased_ece")
 @shared_doc(METRIC_DOCS)
 def debiased_calibration_error(
     y_true,

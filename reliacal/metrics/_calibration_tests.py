@@ -9,9 +9,14 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._sorted import run_ends, sort_scores
+
+# Samples per chunk of spiegelhalter_sums.
+_CHUNK = 1 << 16
 
 
 class SpiegelhalterResult(NamedTuple):
@@ -28,6 +33,7 @@ def _scores(y_true, y_prob, mode, labels):
     return confidence, outcome.astype(np.float64)
 
 
+@accepts_dask("ks_error")
 @shared_doc(METRIC_DOCS)
 def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Kolmogorov-Smirnov calibration error (Gupta et al., 2021).
@@ -63,14 +69,53 @@ def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None
     0.1
     """
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    order = np.argsort(confidence, kind="stable")
-    sorted_confidence = confidence[order]
-    difference = np.cumsum(sorted_confidence - outcome[order]) / confidence.shape[0]
-    # The last index of each run of equal forecasts.
-    step_ends = np.flatnonzero(np.diff(sorted_confidence, append=np.inf) > 0)
-    return float(np.max(np.abs(difference[step_ends])))
+    return ks_of_sorted(*sort_scores(confidence, outcome.astype(bool)))
 
 
+def ks_of_sorted(sorted_confidence: np.ndarray, sorted_outcome: np.ndarray) -> float:
+    """The KS calibration error of scores sorted by :func:`sort_scores`."""
+    # One O(n) float array, reused in place: the report computes this on every sample.
+    difference = np.subtract(sorted_confidence, sorted_outcome, dtype=np.float64)
+    np.cumsum(difference, out=difference)
+    np.abs(difference, out=difference)
+    # Only the last sample of each run of equal forecasts ends a step of the curves.
+    difference[~run_ends(sorted_confidence)] = 0.0
+    return float(np.max(difference)) / sorted_confidence.shape[0]
+
+
+def spiegelhalter_sums(confidence: np.ndarray, outcome: np.ndarray) -> tuple[float, float]:
+    """``(sum_i (o_i - x_i)(1 - 2 x_i), sum_i (1 - 2 x_i)^2 x_i (1 - x_i))``: they add up.
+
+    Summed in chunks, so that the temporaries stay small beside the report's O(n) arrays.
+    """
+    deviation = variance = 0.0
+    for start in range(0, confidence.shape[0], _CHUNK):
+        forecast = confidence[start : start + _CHUNK]
+        slope = 1.0 - 2.0 * forecast
+        deviation += float(np.sum((outcome[start : start + _CHUNK] - forecast) * slope))
+        variance += float(np.sum(slope**2 * forecast * (1.0 - forecast)))
+    return deviation, variance
+
+
+def spiegelhalter_from_sums(deviation: float, variance: float) -> SpiegelhalterResult:
+    """Spiegelhalter's Z and p-value from :func:`spiegelhalter_sums` (ValueError if undefined)."""
+    if variance <= 0.0:
+        raise ValueError(
+            "Spiegelhalter's test is undefined when every forecast is 0, 0.5 or 1 "
+            "(its variance under calibration is 0)"
+        )
+    statistic = deviation / math.sqrt(variance)
+    return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))
+
+
+def _result_of_table(statistic: float, pvalue: float) -> SpiegelhalterResult:
+    """The test from the metric table's values (NaN there means undefined)."""
+    if math.isnan(statistic):
+        spiegelhalter_from_sums(0.0, 0.0)  # raises the in-memory error
+    return SpiegelhalterResult(statistic, pvalue)
+
+
+@accepts_dask("spiegelhalter_z", "spiegelhalter_p", combine=_result_of_table)
 @shared_doc(METRIC_DOCS)
 def spiegelhalter_test(
     y_true, y_prob, *, mode: str = "top-label", labels=None
@@ -110,12 +155,4 @@ def spiegelhalter_test(
     (-0.7947, 0.4268)
     """
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    slope = 1.0 - 2.0 * confidence
-    variance = float(np.sum(slope**2 * confidence * (1.0 - confidence)))
-    if variance <= 0.0:
-        raise ValueError(
-            "Spiegelhalter's test is undefined when every forecast is 0, 0.5 or 1 "
-            "(its variance under calibration is 0)"
-        )
-    statistic = float(np.sum((outcome - confidence) * slope)) / math.sqrt(variance)
-    return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))
+    return spiegelhalter_from_sums(*spiegelhalter_sums(confidence, outcome))

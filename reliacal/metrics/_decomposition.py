@@ -20,6 +20,7 @@ from reliacal._validation import check_option, check_probabilities
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._sorted import sort_scores
 
 SCORES = ("brier", "log")
 
@@ -219,12 +220,23 @@ def score_decomposition(
     """
     check_option(score, "score", SCORES)
     confidence, outcome = _corp_scores(y_true, y_prob, mode, labels)
-    distinct, counts, frequency, group = _pooled_by_forecast(confidence, outcome)
-    recalibrated = pool_adjacent_violators(frequency, counts.astype(np.float64))[group]
-    base_rate = np.full_like(confidence, float(np.mean(outcome)))
-    forecast_score = _mean_score(confidence, outcome, score)
-    recalibrated_score = _mean_score(recalibrated, outcome, score)
-    uncertainty = _mean_score(base_rate, outcome, score)
+    return decomposition_of_sorted(*sort_scores(confidence, outcome), score)
+
+
+def decomposition_of_sorted(
+    sorted_confidence: np.ndarray, sorted_outcome: np.ndarray, score: str = "brier"
+) -> ScoreDecomposition:
+    """:func:`score_decomposition` of scores sorted by :func:`sort_scores`."""
+    # Runs of equal forecasts are contiguous once sorted: pool each run, then fit.
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(sorted_confidence) != 0]))
+    counts = np.diff(np.append(starts, sorted_confidence.shape[0]))
+    frequency = np.add.reduceat(sorted_outcome, starts, dtype=np.float64) / counts
+    fitted = pool_adjacent_violators(frequency, counts.astype(np.float64))
+    recalibrated = np.repeat(fitted, counts)
+    base_rate = np.full_like(sorted_confidence, float(np.mean(sorted_outcome)))
+    forecast_score = _mean_score(sorted_confidence, sorted_outcome, score)
+    recalibrated_score = _mean_score(recalibrated, sorted_outcome, score)
+    uncertainty = _mean_score(base_rate, sorted_outcome, score)
     return ScoreDecomposition(
         score=forecast_score,
         miscalibration=forecast_score - recalibrated_score,

@@ -9,8 +9,11 @@ columns, the streaming state's metrics and the scorers' names all come from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from reliacal.metrics._calibration_error import (
     classwise_calibration_error,
@@ -21,9 +24,21 @@ from reliacal.metrics._calibration_error import (
     expected_calibration_error,
     maximum_calibration_error,
 )
+from reliacal.metrics._calibration_tests import (
+    ks_calibration_error,
+    ks_of_sorted,
+    spiegelhalter_from_sums,
+)
+from reliacal.metrics._decomposition import decomposition_of_sorted
 from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
 from reliacal.metrics._smooth import smooth_calibration_error, smooth_ece_of_scores
 from reliacal.metrics._sums import MetricSums
+from reliacal.metrics._sweep import (
+    monotonic_sweep_calibration_error,
+    overconfidence_error,
+    sweep_of_sorted,
+    underconfidence_error,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,22 @@ def _accuracy(sums: MetricSums) -> float:
 
 def _smooth_ece(sums: MetricSums) -> float:
     return smooth_ece_of_scores(*sums.samples())[0]
+
+
+def _signed_part(sums: MetricSums, sign: float) -> float:
+    """Over- (sign 1) or under-confident (sign -1) part of the uniform-bin ECE."""
+    stats = sums.uniform_statistics()
+    filled = stats.counts > 0
+    excess = -sign * stats.gaps[filled]
+    return float(np.sum(stats.counts[filled] / stats.n_samples * np.maximum(excess, 0.0)))
+
+
+def _spiegelhalter(sums: MetricSums):
+    try:
+        return spiegelhalter_from_sums(sums.spiegelhalter_deviation, sums.spiegelhalter_variance)
+    except ValueError:
+        # Undefined (every confidence is 0.5 or 1): a table shows NaN instead of failing.
+        return (math.nan, math.nan)
 
 
 METRICS = (
@@ -135,6 +166,57 @@ METRICS = (
         "overconfidence",
         "mean confidence minus accuracy: positive means over-confident, negative under-confident",
         lambda sums: sums.total_confidence / sums.n_samples - _accuracy(sums),
+    ),
+    Metric(
+        "overconfidence_error",
+        ":func:`overconfidence_error`: the ECE of the over-confident uniform bins",
+        lambda sums: _signed_part(sums, 1.0),
+        overconfidence_error,
+        in_report=False,
+    ),
+    Metric(
+        "underconfidence_error",
+        ":func:`underconfidence_error`: the ECE of the under-confident uniform bins",
+        lambda sums: _signed_part(sums, -1.0),
+        underconfidence_error,
+        in_report=False,
+    ),
+    Metric(
+        "spiegelhalter_z",
+        "Z statistic of :func:`spiegelhalter_test` (top-label; NaN where undefined)",
+        lambda sums: _spiegelhalter(sums)[0],
+    ),
+    Metric(
+        "spiegelhalter_p",
+        "two-sided p-value of :func:`spiegelhalter_test` (top-label; NaN where undefined)",
+        lambda sums: _spiegelhalter(sums)[1],
+    ),
+    # The sorted metrics read the confidences in increasing order: a step of the KS
+    # curve, a PAV block or a sweep's bin can span any number of batches, so no
+    # fixed-size per-batch summary determines them.
+    Metric(
+        "ks_error",
+        ":func:`ks_calibration_error` (needs the sorted confidences)",
+        lambda sums: ks_of_sorted(*sums.sorted_samples()),
+        ks_calibration_error,
+        needs_samples=True,
+    ),
+    Metric(
+        "sweep_ece",
+        ":func:`monotonic_sweep_calibration_error` (needs the sorted confidences)",
+        lambda sums: sweep_of_sorted(*sums.sorted_samples())[0],
+        monotonic_sweep_calibration_error,
+        needs_samples=True,
+    ),
+    Metric(
+        "corp_miscalibration",
+        "miscalibration (MCB) of the Brier :func:`score_decomposition` (needs the sorted "
+        "confidences)",
+        lambda sums: decomposition_of_sorted(*sums.sorted_samples()).miscalibration,
+        needs_samples=True,
+        # Its PAV pass holds Python floats per distinct confidence: several times the
+        # input's memory on large reports, so only the state (keep_confidences) has it.
+        in_report=False,
     ),
 )
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from reliacal._validation import check_n_bins, check_probabilities
+from reliacal.metrics._dask import dask_state, is_dask_collection
 from reliacal.metrics._predictions import scan_matrix
 from reliacal.metrics._registry import REPORT_COLUMNS, compute, describe
 from reliacal.metrics._summary import prediction_matrix, summarize
@@ -43,6 +44,14 @@ def _replicate(summary, matrix, sample, n_bins) -> dict[str, float]:
 
 
 def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_level) -> dict:
+    if is_dask_collection(y_true) or is_dask_collection(y_prob):
+        if bootstrap:
+            raise ValueError(
+                "bootstrap resamples rows in memory and is not available for Dask "
+                "collections; compute the report on an in-memory sample for intervals"
+            )
+        state = dask_state(y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=True)
+        return state.compute(COLUMNS)
     y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
     summary = summarize(y_index, y_prob, n_bins)
     del y_index  # the summary holds it
@@ -92,12 +101,19 @@ def calibration_report(
     ``<metric>_ci_high`` (the classwise interval costs one weighted pass over the
     matrix per replicate; the others are O(n)).
 
+    Dask arrays and DataFrames (labels, probabilities, or both) are summarised
+    partition by partition where they live, and the per-partition
+    :class:`CalibrationState` objects are merged: the streamable columns equal the
+    in-memory ones (up to summation order), and the others gather one confidence
+    and one correctness flag per row (9 bytes) to the client. No bootstrap then.
+
     Parameters
     ----------
     y_true : array-like of shape (n,)
-        True labels, shared by all models.
+        True labels, shared by all models (numpy, or a Dask array or Series).
     predictions : mapping of str to array-like of shape (n, K) or (n,)
-        Model name to predicted probabilities.
+        Model name to predicted probabilities (numpy, or a Dask array, or a Dask
+        DataFrame with one column per class in class order).
     n_bins : int, default=15
         Number of bins of the binned metrics.
     bootstrap : int, default=0

@@ -6,6 +6,7 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities, to_numpy
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._predictions import scan_matrix
 
@@ -48,6 +49,7 @@ def _true_class_probability(y_index, y_prob) -> np.ndarray:
     return scan_matrix(y_prob, y_index, top_label=False, true_class=True).true_probability
 
 
+@accepts_dask("nll")
 @shared_doc(METRIC_DOCS)
 def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     r"""Negative log-likelihood (log loss, cross-entropy) of the true labels.
@@ -80,6 +82,7 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     return float(np.mean(clipped_log_loss(true_probability, y_prob.dtype)))
 
 
+@accepts_dask("brier")
 @shared_doc(METRIC_DOCS)
 def brier_score(y_true, y_prob, *, labels=None) -> float:
     r"""Brier score: the mean squared error of the probabilities.
@@ -120,6 +123,7 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     return float(np.mean(brier_terms(scan.true_probability, scan.sum_of_squares)))
 
 
+@accepts_dask("accuracy")
 @shared_doc(METRIC_DOCS)
 def accuracy(y_true, y_prob, *, labels=None) -> float:
     r"""Fraction of samples whose most probable class is the true class.

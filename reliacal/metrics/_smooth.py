@@ -19,6 +19,7 @@ from scipy import fft
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_probabilities
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
@@ -156,6 +157,7 @@ def smooth_ece_of_scores(confidence, outcome, bandwidth=None) -> tuple[float, fl
     return problem.smooth_ece(bandwidth), bandwidth
 
 
+@accepts_dask("smooth_ece")
 @shared_doc(METRIC_DOCS)
 def smooth_calibration_error(
     y_true, y_prob, *, mode="top-label", bandwidth=None, labels=None, return_bandwidth=False

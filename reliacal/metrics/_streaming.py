@@ -20,8 +20,11 @@ class CalibrationState:
 
     {streamable}
 
-    Quantile bins and the smooth ECE depend on all confidences at once and cannot
-    be built from fixed-size sums. With ``keep_confidences=True`` the state stores
+    Quantile bins, the smooth ECE and the sorted metrics (the KS error, the
+    monotonic sweep, CORP) depend on all confidences at once and cannot be built
+    from fixed-size sums: a quantile bin, a kernel window, a step of the KS curve or
+    a PAV block can span samples of every batch, and where it ends depends on the
+    confidences' global order. With ``keep_confidences=True`` the state stores
     one confidence and one correctness flag per sample (O(n), not O(nK)) and
     ``compute()`` adds these; without it, asking for them raises:
 
@@ -188,8 +191,9 @@ class CalibrationState:
         needs_confidences = [name for name in metrics if BY_NAME[name].needs_samples]
         if needs_confidences and not self.keep_confidences:
             raise ValueError(
-                f"{needs_confidences} need every confidence (quantile bins, kernel smoothing) "
-                "and cannot stream from bin sums; create the state with keep_confidences=True"
+                f"{needs_confidences} need every confidence (quantile bins, kernel smoothing, "
+                "sorted confidences) and cannot stream from bin sums; create the state with "
+                "keep_confidences=True"
             )
         return compute(self._sums, metrics)
 

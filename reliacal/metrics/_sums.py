@@ -2,8 +2,8 @@
 
 :class:`MetricSums` holds the top-label uniform-bin sums, the classwise
 ``(K, n_bins)`` sums, the sums of the per-sample log-losses and Brier terms, and,
-when asked to, every confidence and correctness flag (the quantile-bin and smooth
-metrics need them all). The report builds one per model (and per bootstrap
+when asked to, every confidence and correctness flag (the quantile-bin, smooth
+and sorted metrics need them all). The report builds one per model (and per bootstrap
 replicate), the streaming state adds one per batch.
 """
 
@@ -18,7 +18,9 @@ from reliacal.metrics._binning import (
     uniform_edges,
     uniform_sums,
 )
+from reliacal.metrics._calibration_tests import spiegelhalter_sums
 from reliacal.metrics._predictions import ClasswiseSums
+from reliacal.metrics._sorted import sort_scores
 from reliacal.metrics._summary import PredictionSummary
 
 
@@ -47,6 +49,9 @@ class MetricSums:
         self.total_confidence = 0.0
         self.sum_log_loss = 0.0
         self.sum_brier = 0.0
+        # Spiegelhalter's numerator and variance of the top-label (confidence, correct).
+        self.spiegelhalter_deviation = 0.0
+        self.spiegelhalter_variance = 0.0
         self.confidences: list[np.ndarray] = []
         self.corrects: list[np.ndarray] = []
         self._cache: dict[str, object] = {}
@@ -67,6 +72,9 @@ class MetricSums:
         sums.total_confidence = float(np.sum(confidence))
         sums.sum_log_loss = float(np.sum(log_loss))
         sums.sum_brier = float(np.sum(brier))
+        sums.spiegelhalter_deviation, sums.spiegelhalter_variance = spiegelhalter_sums(
+            confidence, correct
+        )
         if keep_samples:
             sums.confidences.append(confidence)
             sums.corrects.append(correct)
@@ -95,6 +103,8 @@ class MetricSums:
         self.total_confidence += other.total_confidence
         self.sum_log_loss += other.sum_log_loss
         self.sum_brier += other.sum_brier
+        self.spiegelhalter_deviation += other.spiegelhalter_deviation
+        self.spiegelhalter_variance += other.spiegelhalter_variance
         self.confidences.extend(other.confidences)
         self.corrects.extend(other.corrects)
         self._cache.clear()
@@ -117,6 +127,12 @@ class MetricSums:
                     np.concatenate(self.corrects),
                 )
         return self._cache["samples"]
+
+    def sorted_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept samples sorted by confidence, ties by outcome (:func:`sort_scores`)."""
+        if "sorted" not in self._cache:
+            self._cache["sorted"] = sort_scores(*self.samples())
+        return self._cache["sorted"]
 
     def quantile_statistics(self) -> BinnedStatistics:
         """Top-label statistics of equal-mass bins (needs the kept samples)."""

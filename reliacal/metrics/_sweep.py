@@ -7,9 +7,11 @@ import numpy as np
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option, check_probabilities
 from reliacal.metrics._binning import STRATEGIES, bin_scores
+from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._sorted import sort_scores
 
 SWEEP_NORMS = ("l1", "l2")
 
@@ -29,21 +31,18 @@ def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndar
     return (cumulative[bounds[1:]] - cumulative[bounds[:-1]]) / sizes
 
 
-def sweep_n_bins(confidence: np.ndarray, outcome: np.ndarray) -> int:
-    """The monotonic-sweep bin count of validated float64 scores and boolean outcomes.
+def sweep_n_bins(sorted_outcome: np.ndarray) -> int:
+    """The monotonic-sweep bin count of outcomes sorted by :func:`sort_scores`.
 
-    Samples are ordered as the quantile bins order them (by confidence, ties by
-    outcome, negatives first), so ``b`` equal-mass bins are ``array_split`` groups
-    of that order and each bin's accuracy is a difference of one cumulative sum.
+    In that order (by confidence, ties by outcome, negatives first) ``b``
+    equal-mass bins are ``array_split`` groups, so each bin's accuracy is a
+    difference of one cumulative sum.
     """
-    n_samples = confidence.shape[0]
-    # Sorting the (confidence, outcome) pairs lexicographically: the outcome breaks ties.
-    order = np.lexsort((outcome, confidence))
-    sorted_outcome = outcome[order].astype(np.float64)
-    if np.all(np.diff(sorted_outcome) >= 0):
+    n_samples = sorted_outcome.shape[0]
+    if np.all(sorted_outcome[1:] >= sorted_outcome[:-1]):
         # Contiguous groups of a non-decreasing sequence always have non-decreasing means.
         return n_samples
-    cumulative = np.concatenate([[0.0], np.cumsum(sorted_outcome)])
+    cumulative = np.concatenate([[0.0], np.cumsum(sorted_outcome, dtype=np.float64)])
     n_bins = 1
     while n_bins < n_samples:
         accuracy = _group_means(cumulative, n_samples, n_bins + 1)
@@ -53,6 +52,19 @@ def sweep_n_bins(confidence: np.ndarray, outcome: np.ndarray) -> int:
     return n_bins
 
 
+def sweep_of_sorted(sorted_confidence, sorted_outcome, norm: str = "l1") -> tuple[float, int]:
+    """``(error, b*)`` of the monotonic sweep on scores sorted by :func:`sort_scores`."""
+    n_bins = sweep_n_bins(sorted_outcome)
+    stats = bin_scores(sorted_confidence, sorted_outcome, n_bins, "quantile")
+    weights = stats.counts / stats.n_samples
+    filled = stats.counts > 0
+    gaps = np.abs(stats.gaps[filled])
+    if norm == "l1":
+        return float(np.sum(weights[filled] * gaps)), n_bins
+    return float(np.sqrt(np.sum(weights[filled] * gaps**2))), n_bins
+
+
+@accepts_dask("sweep_ece")
 @shared_doc(METRIC_DOCS)
 def monotonic_sweep_calibration_error(
     y_true,
@@ -108,15 +120,7 @@ def monotonic_sweep_calibration_error(
     """
     check_option(norm, "norm", SWEEP_NORMS)
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    n_bins = sweep_n_bins(confidence, outcome)
-    stats = bin_scores(confidence, outcome, n_bins, "quantile")
-    weights = stats.counts / stats.n_samples
-    filled = stats.counts > 0
-    gaps = np.abs(stats.gaps[filled])
-    if norm == "l1":
-        error = float(np.sum(weights[filled] * gaps))
-    else:
-        error = float(np.sqrt(np.sum(weights[filled] * gaps**2)))
+    error, n_bins = sweep_of_sorted(*sort_scores(confidence, outcome), norm)
     return (error, n_bins) if return_n_bins else error
 
 
@@ -131,6 +135,7 @@ def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
     return weights, excess
 
 
+@accepts_dask("overconfidence_error")
 @shared_doc(METRIC_DOCS)
 def overconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -160,6 +165,7 @@ def overconfidence_error(
     return float(np.sum(weights * np.maximum(excess, 0.0)))
 
 
+@accepts_dask("underconfidence_error")
 @shared_doc(METRIC_DOCS)
 def underconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -188,6 +194,7 @@ def underconfidence_error(
     return float(np.sum(weights * np.maximum(-excess, 0.0)))
 
 
+@accepts_dask("overconfidence")
 @shared_doc(METRIC_DOCS)
 def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Signed calibration error: mean confidence minus accuracy.

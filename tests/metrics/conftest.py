@@ -12,6 +12,10 @@ def _one_shot_metrics(labels, probs, n_bins=15):
     confidence = probs.max(axis=1) if probs.ndim == 2 else np.maximum(probs, 1 - probs)
     accuracy = metrics.accuracy(labels, probs)
     binned = dict(n_bins=n_bins)
+    try:
+        spiegelhalter = metrics.spiegelhalter_test(labels, probs)
+    except ValueError:  # undefined (every confidence 0.5 or 1): the table shows NaN
+        spiegelhalter = metrics.SpiegelhalterResult(np.nan, np.nan)
     return {
         "accuracy": accuracy,
         "ece": metrics.expected_calibration_error(labels, probs, **binned),
@@ -25,6 +29,13 @@ def _one_shot_metrics(labels, probs, n_bins=15):
         "brier": metrics.brier_score(labels, probs),
         "overconfidence": float(np.mean(confidence, dtype=np.float64)) - accuracy,
         "debiased_ece": metrics.debiased_calibration_error(labels, probs, **binned),
+        "overconfidence_error": metrics.overconfidence_error(labels, probs, **binned),
+        "underconfidence_error": metrics.underconfidence_error(labels, probs, **binned),
+        "spiegelhalter_z": spiegelhalter.statistic,
+        "spiegelhalter_p": spiegelhalter.pvalue,
+        "ks_error": metrics.ks_calibration_error(labels, probs),
+        "sweep_ece": metrics.monotonic_sweep_calibration_error(labels, probs),
+        "corp_miscalibration": metrics.score_decomposition(labels, probs).miscalibration,
     }
 
 

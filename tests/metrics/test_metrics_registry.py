@@ -15,7 +15,9 @@ from reliacal.metrics import (
     classwise_calibration_error,
     expected_calibration_error,
     make_calibration_scorer,
+    score_decomposition,
     softmax,
+    spiegelhalter_test,
 )
 from reliacal.metrics._modes import MODES
 from reliacal.metrics._registry import METRICS, NEED_SAMPLES, REPORT_COLUMNS, STREAMABLE
@@ -35,6 +37,18 @@ HISTORIC_SCORERS = [
     "nll",
     "smooth_ece",
 ]
+# Issue 19's metrics, appended after the historic ones: sums stream, sorted ones need samples.
+NEW_STREAMABLE = [
+    "overconfidence_error",
+    "underconfidence_error",
+    "spiegelhalter_z",
+    "spiegelhalter_p",
+]
+NEW_KEPT = ["ks_error", "sweep_ece", "corp_miscalibration"]
+NEW_SCORERS = ["ks_error", "overconfidence_error", "sweep_ece", "underconfidence_error"]
+ALL_STREAMABLE = HISTORIC_STREAMABLE + NEW_STREAMABLE
+ALL_KEPT = HISTORIC_KEPT + NEW_KEPT
+ALL_SCORERS = sorted(HISTORIC_SCORERS + NEW_SCORERS)
 
 
 def _data(dtype, n_classes):
@@ -57,6 +71,9 @@ def test_each_metric_of_the_table_equals_its_public_function(dtype, n_classes):
         "adaptive_ece": expected_calibration_error(labels, probs, strategy="quantile"),
         "overconfidence": float(np.mean(probs.max(axis=1), dtype=np.float64))
         - float(np.mean(probs.argmax(axis=1) == labels)),
+        "spiegelhalter_z": spiegelhalter_test(labels, probs).statistic,
+        "spiegelhalter_p": spiegelhalter_test(labels, probs).pvalue,
+        "corp_miscalibration": score_decomposition(labels, probs).miscalibration,
     }
     for metric in METRICS:
         expected = metric.function(labels, probs) if metric.function else independent[metric.name]
@@ -64,17 +81,17 @@ def test_each_metric_of_the_table_equals_its_public_function(dtype, n_classes):
 
 
 def test_the_report_the_state_and_the_scorers_list_the_table():
-    assert list(STREAMABLE) == HISTORIC_STREAMABLE
-    assert list(NEED_SAMPLES) == HISTORIC_KEPT
+    assert list(STREAMABLE) == ALL_STREAMABLE
+    assert list(NEED_SAMPLES) == ALL_KEPT
     labels, probs = _data(np.float64, 3)
     assert list(calibration_report(labels, {"m": probs}).columns) == list(REPORT_COLUMNS)
     state = CalibrationState(keep_confidences=True).update(labels, probs)
-    assert list(state.compute()) == HISTORIC_STREAMABLE + HISTORIC_KEPT
+    assert list(state.compute()) == ALL_STREAMABLE + ALL_KEPT
     streaming_only = CalibrationState().update(labels, probs)
-    assert list(streaming_only.compute()) == HISTORIC_STREAMABLE
-    with pytest.raises(ValueError, match=re.escape(f"choose one of {HISTORIC_SCORERS}")):
+    assert list(streaming_only.compute()) == ALL_STREAMABLE
+    with pytest.raises(ValueError, match=re.escape(f"choose one of {ALL_SCORERS}")):
         make_calibration_scorer("adaptive_ece")
-    for name in HISTORIC_SCORERS:
+    for name in ALL_SCORERS:
         assert make_calibration_scorer(name)._metric.__name__ != "<lambda>"
     assert make_calibration_scorer("accuracy")._sign == 1
     assert make_calibration_scorer("ece")._sign == -1
@@ -83,9 +100,9 @@ def test_the_report_the_state_and_the_scorers_list_the_table():
 def test_the_documented_lists_come_from_the_table():
     for name in REPORT_COLUMNS:
         assert f"``{name}``" in calibration_report.__doc__
-    for name in HISTORIC_STREAMABLE + HISTORIC_KEPT:
+    for name in ALL_STREAMABLE + ALL_KEPT:
         assert f"``{name}``" in CalibrationState.__doc__
-    for name in HISTORIC_SCORERS:
+    for name in ALL_SCORERS:
         assert f"``{name}``" in make_calibration_scorer.__doc__
     assert "{" not in calibration_report.__doc__.split("Examples")[0]
 

@@ -27,6 +27,11 @@ COLUMNS = [
     "nll",
     "brier",
     "overconfidence",
+    # Issue 19: Spiegelhalter's test streams from sums; the sorted metrics need samples.
+    "spiegelhalter_z",
+    "spiegelhalter_p",
+    "ks_error",
+    "sweep_ece",
 ]
 
 

@@ -1,5 +1,6 @@
 """CalibrationState: batches and merged states give the one-shot numbers."""
 
+import math
 import pickle
 
 import numpy as np
@@ -16,7 +17,8 @@ from reliacal.metrics import (
 
 def assert_matches(values, expected):
     for name, value in values.items():
-        assert value == pytest.approx(expected[name], rel=1e-12, abs=1e-14), name
+        # nan_ok: Spiegelhalter's test is NaN in both where it is undefined.
+        assert value == pytest.approx(expected[name], rel=1e-12, abs=1e-14, nan_ok=True), name
 
 
 def test_batches_equal_one_shot_on_a_record(cifar_record, one_shot_metrics):
@@ -48,6 +50,10 @@ def test_merged_workers_equal_one_shot(one_shot_metrics):
         "nll",
         "brier",
         "overconfidence",
+        "overconfidence_error",
+        "underconfidence_error",
+        "spiegelhalter_z",
+        "spiegelhalter_p",
     }
     assert_matches(values, expected)
     stats = merged.binned_statistics()
@@ -140,3 +146,40 @@ def test_streaming_equals_one_shot_for_any_split(one_shot_metrics, data, n_bins)
         if stop > start:
             state.update(labels[start:stop], probs[start:stop])
     assert_matches(state.compute(), one_shot_metrics(labels, probs, n_bins))
+
+
+# Issue 19: top-label confidences 0.8 (right), 0.7 (wrong), 0.6 (right).
+HAND_PROBS = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+HAND_LABELS = np.array([0, 0, 0])
+
+
+def test_spiegelhalter_and_signed_parts_stream_to_hand_computed_values():
+    first = CalibrationState(n_bins=5).update(HAND_LABELS[:1], HAND_PROBS[:1])
+    second = CalibrationState(n_bins=5).update(HAND_LABELS[1:], HAND_PROBS[1:])
+    values = first.merge(second).compute()
+    # Sum of (o - x)(1 - 2x): 0.2 * -0.6 + -0.7 * -0.4 + 0.4 * -0.2 = 0.08; the variance
+    # sum of (1 - 2x)^2 x (1 - x): 0.0576 + 0.0336 + 0.0096 = 0.1008.
+    z = 0.08 / math.sqrt(0.1008)
+    assert values["spiegelhalter_z"] == pytest.approx(z, rel=1e-12)
+    assert values["spiegelhalter_p"] == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-12)
+    # Bins of width 0.2: (0.6, 0.8] holds 0.8 and 0.7 (accuracy 0.5, over-confident by
+    # 0.25, mass 2/3); (0.4, 0.6] holds 0.6 (accuracy 1, under-confident by 0.4, mass 1/3).
+    assert values["overconfidence_error"] == pytest.approx(0.25 * 2 / 3, rel=1e-12)
+    assert values["underconfidence_error"] == pytest.approx(0.4 / 3, rel=1e-12)
+
+
+def test_undefined_spiegelhalter_is_nan_in_the_state():
+    # Every forecast is 1 or 0.5: the variance under calibration is 0.
+    values = CalibrationState().update([0, 1], [[1.0, 0.0], [0.5, 0.5]]).compute()
+    assert math.isnan(values["spiegelhalter_z"]) and math.isnan(values["spiegelhalter_p"])
+    assert values["ece"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name", ["ks_error", "sweep_ece", "corp_miscalibration"])
+def test_sorted_metrics_do_not_stream(name):
+    state = CalibrationState().update(HAND_LABELS, HAND_PROBS)
+    with pytest.raises(ValueError, match=rf"\['{name}'\] need every confidence .* sorted"):
+        state.compute([name])
+    kept = CalibrationState(keep_confidences=True)
+    kept.update(HAND_LABELS[:2], HAND_PROBS[:2]).update(HAND_LABELS[2:], HAND_PROBS[2:])
+    assert name in kept.compute()
