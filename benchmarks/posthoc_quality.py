@@ -8,6 +8,14 @@ fitted on the calibration half and scored on the test half:
 - uncalibrated (the record's probabilities);
 - ``TemperatureScaling`` (exact NLL optimum);
 - ``VectorScaling``;
+- the classic calibrators with their defaults: ``PlattScaling``,
+  ``IsotonicCalibration``, ``BetaCalibration``, ``HistogramBinning`` and
+  ``EnsembleTemperatureScaling`` (one-vs-rest and renormalised where the
+  method is binary);
+- ``AutoCalibrator`` with its default candidates (5-fold cross-validated
+  NLL on the calibration half; ``random_state`` = the split's seed); the
+  summary compares its test NLL with the identity's and with the best row
+  among its candidates (see ``AUTO_CANDIDATE_ROWS``);
 - ``MatrixScaling`` on the log-probabilities, i.e. Dirichlet calibration,
   with the ODIR regularisation ``reg_off_diagonal = reg_bias = lambda``
   chosen per split from ``MS_GRID`` on an inner 80 / 20 split of the
@@ -75,7 +83,13 @@ from sklearn.model_selection import train_test_split
 from reliacal.backbones import as_backbone, extract_outputs
 from reliacal.calibrators import (
     AdaptiveTS,
+    AutoCalibrator,
+    BetaCalibration,
+    EnsembleTemperatureScaling,
+    HistogramBinning,
+    IsotonicCalibration,
     MatrixScaling,
+    PlattScaling,
     TemperatureScaling,
     VectorScaling,
 )
@@ -110,6 +124,24 @@ N_DRAWS = 32
 OTHER_SEED = 100
 # The combination chosen on the tuning splits of adaptive_ts_variants.py.
 ENSEMBLE = {"confidence_inputs": True, "n_members": 5}
+# The rows that are (close to) AutoCalibrator's default candidates: its NLL is compared with
+# the best of those present. Dirichlet here tunes lambda, the candidate fixes lambda = 1.
+AUTO_CANDIDATE_ROWS = (
+    "TemperatureScaling",
+    "VectorScaling",
+    "EnsembleTemperatureScaling",
+    "IsotonicCalibration",
+    "Dirichlet (MS + ODIR)",
+    "AdaptiveTS (logits)",
+)
+# The classic calibrators, fitted with their defaults.
+CLASSIC = (
+    PlattScaling,
+    IsotonicCalibration,
+    BetaCalibration,
+    HistogramBinning,
+    EnsembleTemperatureScaling,
+)
 # Label draws per split for the measurement floor (see measurement_floor).
 FLOOR_DRAWS = 20
 TUNING_NOTE = (
@@ -188,6 +220,16 @@ def adaptive_method(
     return Method(fit, reads_features=n_logits is not None, sampled_row=sampled_row)
 
 
+def classic_method(calibrator_class) -> Method:
+    return Method(lambda X, y, seed: calibrator_class().fit(X, y))
+
+
+def auto_calibrator(X, y, seed):
+    model = AutoCalibrator(random_state=seed).fit(X, y)
+    model.chosen_ = f"chose {model.best_name_}"
+    return model
+
+
 def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, Method]:
     methods = {
         "TemperatureScaling": Method(lambda X, y, seed: TemperatureScaling().fit(X, y)),
@@ -195,6 +237,8 @@ def make_methods(adaptive_params: dict, *, dirichlet: bool) -> dict[str, Method]
     }
     if dirichlet:
         methods["Dirichlet (MS + ODIR)"] = Method(dirichlet_odir)
+    methods.update({cls.__name__: classic_method(cls) for cls in CLASSIC})
+    methods["AutoCalibrator"] = Method(auto_calibrator)
     methods["AdaptiveTS (logits)"] = adaptive_method(adaptive_params, sampled_row=True)
     methods[f"AdaptiveTS (logits, seed + {OTHER_SEED})"] = adaptive_method(
         adaptive_params, seed_offset=OTHER_SEED
@@ -260,6 +304,8 @@ def run_splits(
                 model = method.fit(X[calibration], y[calibration], seed)
             seconds = time.perf_counter() - start
             extra = getattr(model, "chosen_", "")
+            if isinstance(model, AutoCalibrator):
+                results.setdefault(name, {}).setdefault("choices", []).append(model.best_name_)
             if isinstance(model, AdaptiveTS):
                 temperature = model.temperature(X[test])
                 epochs = ", ".join(
@@ -326,7 +372,7 @@ def digits_splits(y: np.ndarray, n_calibration: int, seeds: range):
 
 
 def format_table(results: dict[str, dict[str, list[float]]]) -> list[str]:
-    columns = [*METRICS, "fit s"]
+    columns = [*METRICS, "fit s"]  # "choices" (AutoCalibrator's) go to the summary
     lines = [
         "| method | " + " | ".join(columns) + " |",
         "|---|" + "---:|" * len(columns),
@@ -364,6 +410,29 @@ def verdict(results) -> list[str]:
     return lines
 
 
+def auto_verdict(results, choices: list[str]) -> str:
+    """AutoCalibrator's mean test NLL against the identity's and the best candidate row's."""
+    auto, identity = (
+        np.mean(results["AutoCalibrator"]["NLL"]),
+        np.mean(results["uncalibrated"]["NLL"]),
+    )
+    candidates = {
+        name: np.mean(results[name]["NLL"]) for name in AUTO_CANDIDATE_ROWS if name in results
+    }
+    candidates = {name: value for name, value in candidates.items() if np.isfinite(value)}
+    best = min(candidates, key=candidates.get)
+    gap = 100 * (auto / candidates[best] - 1)
+    noise = np.std(results["uncalibrated"]["NLL"], ddof=1) if len(choices) > 1 else np.nan
+    return (
+        f"AutoCalibrator: mean NLL {auto:.4f} (chose {', '.join(choices)}); best candidate row "
+        f"{best} {candidates[best]:.4f}: {gap:+.2f}% "
+        f"({'within' if gap <= 1.0 else 'NOT within'} 1%); identity {identity:.4f} "
+        f"({'not worse' if auto <= identity else 'WORSE'}"
+        + ("" if np.isnan(noise) else f"; split noise of the identity's NLL {noise:.4f}")
+        + ")"
+    )
+
+
 def floor_line(floors: list[float], results) -> str:
     return (
         f"Measurement floor: a perfectly calibrated model with TemperatureScaling's test "
@@ -371,6 +440,13 @@ def floor_line(floors: list[float], results) -> str:
         f"{np.mean(floors):.2f} ± {np.std(floors, ddof=1):.2f} %; TemperatureScaling measures "
         f"{np.mean(results['TemperatureScaling']['ECE %']):.2f} %."
     )
+
+
+def select(methods: dict[str, Method], names: list[str] | None) -> dict[str, Method]:
+    """The rows named in ``--methods`` (all when None), TemperatureScaling always."""
+    if names is None:
+        return methods
+    return {name: m for name, m in methods.items() if name in names or name == "TemperatureScaling"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -385,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--records", nargs="*", default=None, help="subset of the records")
     parser.add_argument("--no-digits", action="store_true", help="skip the digits model")
+    parser.add_argument(
+        "--methods",
+        nargs="*",
+        default=None,
+        help="only these rows (TemperatureScaling is always run: the floor reads it)",
+    )
     parser.add_argument(
         "--dirichlet-100",
         action="store_true",
@@ -440,15 +522,16 @@ def main(argv: list[str] | None = None) -> int:
         "`adaptive_ts_variants.py`, evaluated here).",
         "",
     ]
-    summary = []
+    summary, auto_summary = [], []
     started = time.perf_counter()
     for name in records:
         log(f"{name}")
         with np.load(DATA_DIR / f"{name}.npz") as data:
             logits = log_probabilities(data["predictions"])
             y = data["ground_truth"].astype(np.int64)
-        methods = make_methods(
-            adaptive_params, dirichlet=logits.shape[1] <= 10 or args.dirichlet_100
+        methods = select(
+            make_methods(adaptive_params, dirichlet=logits.shape[1] <= 10 or args.dirichlet_100),
+            args.methods,
         )
         results, floors = run_splits(logits, y, random_splits(len(y), seeds), methods, log=log)
         report += [
@@ -460,15 +543,22 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
         summary += [f"- {name}: " + line for line in verdict(results)]
+        if "AutoCalibrator" in results:
+            auto_summary.append(
+                f"- {name}: " + auto_verdict(results, results["AutoCalibrator"]["choices"])
+            )
 
     if not args.no_digits:
         log("digits (tiny ViT)")
         pooled, logits, y, train_seconds = digits_outputs(args.quick, log)
         n_calibration = DIGITS_CALIBRATION_SIZE
-        methods = {
-            **make_methods(adaptive_params, dirichlet=True),
-            **feature_methods(adaptive_params, n_logits=logits.shape[1]),
-        }
+        methods = select(
+            {
+                **make_methods(adaptive_params, dirichlet=True),
+                **feature_methods(adaptive_params, n_logits=logits.shape[1]),
+            },
+            args.methods,
+        )
         results, floors = run_splits(
             logits, y, digits_splits(y, n_calibration, seeds), methods, features=pooled, log=log
         )
@@ -483,8 +573,21 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
         summary += ["- digits: " + line for line in verdict(results)]
+        if "AutoCalibrator" in results:
+            auto_summary.append(
+                "- digits: " + auto_verdict(results, results["AutoCalibrator"]["choices"])
+            )
 
     report += ["## AdaptiveTS against TemperatureScaling", "", *summary, "", *TUNING_NOTE, ""]
+    report += [
+        "## AutoCalibrator against the identity and its candidates",
+        "",
+        "Goal (issue 17): test NLL never worse than the identity's by more than the split "
+        "noise, and within 1% of the best single candidate's.",
+        "",
+        *auto_summary,
+        "",
+    ]
     report += [f"Total time: {time.perf_counter() - started:.0f} s.", ""]
     _common.write_results("\n".join(report), output)
     return 0

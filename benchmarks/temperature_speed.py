@@ -19,6 +19,9 @@ Usage::
 
     python benchmarks/temperature_speed.py --repeats 3 \\
         --output benchmarks/results/temperature_speed.md
+
+``--cases 4000x2`` times other shapes instead (a binary problem there: the
+per-fit overhead, not the passes over the data, dominates).
 """
 
 from __future__ import annotations
@@ -189,15 +192,30 @@ def markdown(results, skipped, argv, load_before) -> str:
     return "\n".join(lines)
 
 
+def _case(text: str) -> tuple[int, int]:
+    try:
+        n_samples, n_classes = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N x K such as 4000x2, got {text!r}") from None
+    return n_samples, n_classes
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        type=_case,
+        default=list(CASES),
+        help="shapes N x K to time (default: 10000x100 50000x1000)",
+    )
     _common.add_output_argument(parser, None)
     args = parser.parse_args(argv)
     fitters, skipped = available_fitters()
     load_before = _common.load_average()
     results = {}
-    for n_samples, n_classes in CASES:
+    for n_samples, n_classes in args.cases:
         results[(n_samples, n_classes)] = rows = run_case(
             n_samples, n_classes, fitters, args.repeats
         )

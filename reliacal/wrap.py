@@ -1,13 +1,16 @@
-"""Calibrate a scikit-learn classifier with any reliacal calibrator, prefit or cross-fitted."""
+"""Calibrate a scikit-learn classifier (prefit or cross-fitted) or a trained torch model."""
 
 from __future__ import annotations
+
+import numbers
+import sys
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import check_cv
 from sklearn.utils import _safe_indexing, get_tags
-from sklearn.utils._param_validation import HasMethods, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -68,6 +71,12 @@ def classifier_logits(estimator, X) -> np.ndarray:
     )
 
 
+def _is_torch_model(estimator) -> bool:
+    # Never imports torch: a torch module exists only once torch has been imported.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(estimator, torch.nn.Module)
+
+
 def _calibrator(method):
     if isinstance(method, str):
         from . import calibrators
@@ -88,11 +97,12 @@ def _subset(values, indices):
 
 
 class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
-    """A scikit-learn classifier calibrated by a reliacal calibrator on its logits.
+    """A classifier calibrated by a reliacal calibrator on its logits.
 
-    The classifier's logits (its ``decision_function``, or the log of its
-    ``predict_proba``; see :func:`classifier_logits`) are calibrated by
-    ``method``. Mirrors scikit-learn's ``CalibratedClassifierCV``:
+    The classifier's logits are calibrated by ``method``: a scikit-learn
+    classifier's ``decision_function``, or the log of its ``predict_proba``
+    (see :func:`classifier_logits`); a torch model's logits (see below).
+    Mirrors scikit-learn's ``CalibratedClassifierCV``:
 
     - ``cv="prefit"``, or ``estimator`` a ``sklearn.frozen.FrozenEstimator``:
       the classifier is used as fitted, and the calibrator is fitted on the
@@ -105,11 +115,23 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
       is refitted on all the data. Given the same splits, the classifier and
       calibrator fits are those of ``CalibratedClassifierCV``.
 
+    A trained torch model (``torch.nn.Module``) is used as fitted, and needs
+    ``cv="prefit"``: training is the user's (a module has no ``fit`` to
+    clone and call). Its logits are its output for a plain module (no
+    ``features=``/``head=`` needed), or what the backbone adapters read for
+    the models they know (timm, Hugging Face ViT and BERT-style classifiers,
+    a :class:`~reliacal.backbones.BackboneAdapter`). It runs frozen (eval
+    mode, ``no_grad``), in batches of ``batch_size`` on ``device``; ``X`` is
+    an array or tensor of its inputs, or a Dataset or DataLoader of ``(x,
+    y)`` (then ``y`` is omitted); the labels are the logit column indices
+    ``0..K-1``.
+
     Parameters
     ----------
-    estimator : classifier
+    estimator : classifier or torch.nn.Module
         A scikit-learn classifier with ``decision_function`` or
-        ``predict_proba`` (fitted when ``cv="prefit"``).
+        ``predict_proba`` (fitted when ``cv="prefit"``), or a trained torch
+        model (with ``cv="prefit"``).
     method : str or calibrator, default="temperature"
         A reliacal calibrator (cloned for each fit), or one of
         ``"temperature"``, ``"vector"``, ``"matrix"``, ``"platt"`` (maximum
@@ -121,6 +143,11 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         Average one (classifier, calibrator) pair per fold (True) or refit
         one classifier on all the data (False); "auto" is True unless the
         classifier is prefit or frozen.
+    batch_size : int, default=256
+        Samples per forward pass of a torch model (unused otherwise).
+    device : str or torch.device, default="auto"
+        Where a torch model runs (CUDA when available for "auto"; unused
+        otherwise).
 
     Attributes
     ----------
@@ -129,7 +156,8 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     calibrated_classifiers_ : list of (classifier, calibrator) tuples
         One pair per fold (``ensemble=True``), else a single pair.
     n_features_in_ : int
-        Number of features of ``X`` (when the classifier records it).
+        Number of features of ``X`` (when the classifier records it; never
+        for a torch model).
 
     Examples
     --------
@@ -142,20 +170,46 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     ... ).fit(X, y)
     >>> len(model.calibrated_classifiers_), model.predict_proba(X[:2]).shape
     (3, (2, 2))
+
+    A trained torch model, prefit:
+
+    >>> import torch
+    >>> from torch import nn
+    >>> _ = torch.manual_seed(0)
+    >>> net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    >>> images = torch.randn(40, 3, 2, 2)
+    >>> labels = net(images).argmax(dim=1)
+    >>> labels[::4] = (labels[::4] + 1) % 3  # a quarter of its predictions are wrong
+    >>> model = CalibratedClassifier(net, cv="prefit", device="cpu").fit(images, labels)
+    >>> model.classes_, model.predict_proba(images[:2]).shape
+    (array([0, 1, 2]), (2, 3))
     """
 
     _parameter_constraints: dict = {
-        "estimator": [HasMethods(["fit"])],
+        "estimator": [HasMethods(["fit"]), HasMethods(["forward"])],
         "method": [StrOptions(set(_METHODS)), HasMethods(["fit", "predict_proba"])],
         "cv": ["cv_object", StrOptions({"prefit"})],
         "ensemble": ["boolean", StrOptions({"auto"})],
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "device": "no_validation",
     }
 
-    def __init__(self, estimator, *, method="temperature", cv=None, ensemble="auto"):
+    def __init__(
+        self,
+        estimator,
+        *,
+        method="temperature",
+        cv=None,
+        ensemble="auto",
+        batch_size=256,
+        device="auto",
+    ):
         self.estimator = estimator
         self.method = method
         self.cv = cv
         self.ensemble = ensemble
+        self.batch_size = batch_size
+        self.device = device
 
     def _prefit(self) -> bool:
         return self.cv == "prefit" or isinstance(self.estimator, FrozenEstimator)
@@ -164,6 +218,35 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         calibrator = _calibrator(self.method)
         calibrator.fit(classifier_logits(estimator, X), y_index, sample_weight=sample_weight)
         return calibrator
+
+    def _torch_logits(self, model, X, y=None):
+        from ._torch_logits import torch_logits
+
+        return torch_logits(model, X, y, batch_size=self.batch_size, device=self.device)
+
+    def _fit_torch(self, X, y, sample_weight):
+        """The single (model, calibrator) pair of a trained torch model."""
+        if self.cv != "prefit":
+            raise ValueError(
+                f"{type(self.estimator).__name__} is a torch module: CalibratedClassifier "
+                "cannot clone and train it on folds, so it calibrates it as trained; pass "
+                f"cv='prefit' (got cv={self.cv!r}) and calibration data it was not trained on"
+            )
+        logits, y = self._torch_logits(self.estimator, X, y)
+        if y is None:
+            raise ValueError(
+                "CalibratedClassifier requires y: pass the labels, or a Dataset/DataLoader "
+                "yielding (x, y)"
+            )
+        y = column_or_1d(np.asarray(y), warn=True)
+        check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, y, ensure_non_negative=True)
+        # The logit columns are the classes: labels are their indices, as for the calibrators.
+        self.classes_ = np.arange(logits.shape[1])
+        calibrator = _calibrator(self.method)
+        calibrator.fit(logits, self._index(y), sample_weight=sample_weight)
+        return [(self.estimator, calibrator)]
 
     def _check_columns(self, estimator, where: str) -> None:
         fitted_classes = np.asarray(estimator.classes_)
@@ -174,15 +257,16 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
                 "training part (use fewer folds or a stratified split)"
             )
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Fit the classifier (unless prefit) and the calibrator.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            The classifier's input.
+        X : array-like of shape (n_samples, n_features), Dataset or DataLoader
+            The classifier's input (a Dataset or DataLoader of ``(x, y)``
+            for a torch model only).
         y : array-like of shape (n_samples,)
-            Labels.
+            Labels; omitted when ``X`` is a Dataset or DataLoader.
         sample_weight : array-like of shape (n_samples,), default=None
             Passed to the calibrator, and to the classifier's ``fit`` when it
             accepts them.
@@ -192,6 +276,13 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         self
         """
         self._validate_params()
+        if _is_torch_model(self.estimator):
+            self.calibrated_classifiers_ = self._fit_torch(X, y, sample_weight)
+            return self
+        if y is None:
+            raise ValueError(
+                "CalibratedClassifier requires y to be passed, but the target y is None"
+            )
         X, y = indexable(X, y)
         y = column_or_1d(y, warn=True)
         check_classification_targets(y)
@@ -261,6 +352,13 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
             Column ``j`` is the probability of ``classes_[j]``.
         """
         check_is_fitted(self, "calibrated_classifiers_")
+        if _is_torch_model(self.estimator):
+            from ._data import check_ordered
+
+            # Rows come back in the loader's order: it must be one the caller knows.
+            check_ordered(X)
+            ((model, calibrator),) = self.calibrated_classifiers_
+            return calibrator.predict_proba(self._torch_logits(model, X)[0])
         total = None
         for estimator, calibrator in self.calibrated_classifiers_:
             proba = calibrator.predict_proba(classifier_logits(estimator, X))
@@ -297,6 +395,8 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
+        if _is_torch_model(self.estimator):
+            return tags
         # Sparse input is fine exactly when the wrapped classifier takes it.
         tags.input_tags.sparse = get_tags(self.estimator).input_tags.sparse
         return tags

@@ -194,7 +194,7 @@ def test_user_mistakes_give_one_line_and_status_1(capsys, tmp_path, load_record)
 
 def test_usage_errors_exit_with_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["calibrate", "a.npz", "b.npz", "--method", "isotonic"])
+        main(["calibrate", "a.npz", "b.npz", "--method", "magic"])
     assert exit_info.value.code == 2
     with pytest.raises(SystemExit) as exit_info:
         main([])
@@ -654,3 +654,61 @@ def test_calibrate_auto_reports_its_choice(capsys, tmp_path, load_record):
     assert table.loc["AutoCalibrator", "nll"] < table.loc["uncalibrated", "nll"]
     status, out, err = calibrate(capsys, tmp_path, "--method", "auto", "--reg-bias", "1")
     assert_one_line_error(status, out, err, "vector and matrix only")
+
+
+@pytest.mark.parametrize(
+    ("method", "name"),
+    [
+        ("platt", "PlattScaling"),
+        ("isotonic", "IsotonicCalibration"),
+        ("beta", "BetaCalibration"),
+        ("histogram", "HistogramBinning"),
+        ("ets", "EnsembleTemperatureScaling"),
+    ],
+)
+def test_calibrate_with_the_classic_calibrators(capsys, tmp_path, method, name, load_record):
+    from reliacal import calibrators
+
+    probs, labels = load_record("wideresnet-16-4-cifar-10")
+    write_split(tmp_path, probs, labels, slice(1000), slice(1000, 2000))
+    out_file, model_file = tmp_path / "calibrated.npz", tmp_path / "model.joblib"
+    status, out, err = calibrate(
+        capsys,
+        tmp_path,
+        *["--method", method, "--format", "csv", "--out", out_file, "--save-model", model_file],
+    )
+    assert status == 0, err
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    assert list(table.index) == ["uncalibrated", name]
+    # The command's predictions are the calibrator's, fitted through the library.
+    direct = getattr(calibrators, name)(input="probs").fit(probs[:1000], labels[:1000])
+    expected = direct.predict_proba(probs[1000:2000])
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["probs"], expected, atol=1e-6)
+    assert type(joblib.load(model_file)).__name__ == name
+    # WRN-16-4 on CIFAR-10 is over-confident (ECE about 5%): each map lowers the ECE.
+    assert table.loc[name, "ece"] < table.loc["uncalibrated", "ece"]
+    status, out, err = calibrate(capsys, tmp_path, "--method", method, "--reg-bias", "1")
+    assert_one_line_error(status, out, err, "vector and matrix only")
+
+
+def test_calibrate_adaptive_is_seeded(capsys, tmp_path):
+    from reliacal.calibrators import AdaptiveTS
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(400, 3)) * 4.0
+    labels = np.array([rng.choice(3, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))])
+    np.savez(tmp_path / "cal.npz", logits=logits[:200], labels=labels[:200])
+    np.savez(tmp_path / "eval.npz", logits=logits[200:], labels=labels[200:])
+    out_file = tmp_path / "calibrated.npz"
+    status, out, err = calibrate(
+        capsys, tmp_path, "--method", "adaptive", "--format", "csv", "--out", out_file
+    )
+    assert status == 0, err
+    assert list(pd.read_csv(io.StringIO(out), index_col="model").index) == [
+        "uncalibrated",
+        "AdaptiveTS",
+    ]
+    direct = AdaptiveTS(random_state=0, classes=np.arange(3)).fit(logits[:200], labels[:200])
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["probs"], direct.predict_proba(logits[200:]), atol=1e-6)

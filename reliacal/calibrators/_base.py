@@ -77,7 +77,13 @@ from sklearn.utils.validation import (
 )
 
 from .._docstrings import shared_doc
-from .._validation import DEFAULT_LABEL_KEY, check_logits, check_probabilities, encode_labels
+from .._validation import (
+    DEFAULT_LABEL_KEY,
+    check_logits,
+    check_probabilities,
+    encode_labels,
+    to_numpy,
+)
 from ._parameters import spell_out_init_signature, with_base_parameters_doc
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
@@ -362,6 +368,12 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
       ``[0, 1]``, every row summing to 1 within ``1e-3``) are used as given,
       with a ``UserWarning`` at fit and predict that suggests
       ``input="probs"``;
+    - binary scores: a 1-D ``X`` of ``n`` values, each the logit (log-odds,
+      or any score that grows with it) of the positive class ``classes_[1]``,
+      read as the two logit columns ``[0, s]`` (with ``input="probs"``: the
+      probability of the positive class, read as ``[1 - p, p]``). A
+      calibrator fitted on 1-D input predicts on 1-D input
+      (``n_features_in_ == 1``);
     - ``input="probs"``: ``X`` holds probabilities (rows summing to 1); the
       calibrator works on ``log(max(p, tiny))``, ``tiny`` the smallest
       normal number of the dtype (so ``MatrixScaling(input="probs")`` is
@@ -496,10 +508,15 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         return np.log(np.maximum(probabilities, tiny))
 
     def _logits_mode_inputs(self, X: Any, reset: bool):
+        values = to_numpy(X, "X") if _is_torch_object(X) else X
+        fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
+        if np.ndim(values) == 1 and not fitted_on_columns:
+            return self._split_columns(self._binary_scores_to_columns(values, reset))
         if _is_torch_object(X):
             X = check_logits(X)
         # sklearn's conventions first (feature names, n_features_in_, sparse and complex
-        # input, 1-D input with its "Reshape your data" hint), then the logit checks.
+        # input, and the "Reshape your data" hint for 1-D input to a calibrator fitted on
+        # columns), then the logit checks.
         X = validate_data(
             self,
             X,
@@ -510,6 +527,19 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             ensure_min_features=2 if reset else 1,
         )
         return self._split_columns(check_logits(X))
+
+    def _binary_scores_to_columns(self, values: Any, reset: bool) -> np.ndarray:
+        """The two logit columns of 1-D binary scores: ``[0, s]``, or ``[1 - p, p]`` for probs."""
+        # pandas Series and lists too: one score per sample, as a single column.
+        column = np.asarray(values).reshape(-1, 1)
+        column = validate_data(
+            self, column, reset=reset, dtype=(np.float64, np.float32), ensure_all_finite=False
+        )
+        scores = check_logits(column)[:, 0]
+        if self.input == "probs":
+            # _validated_inputs checks that these are probabilities and takes their logs.
+            return np.column_stack([1.0 - scores, scores])
+        return np.column_stack([np.zeros_like(scores), scores])
 
     def _backbone_outputs(self, X: Any, y: Any):
         from ..backbones import extract_outputs
@@ -610,7 +640,15 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
             )
         y = _labels_to_numpy(y)
         check_consistent_length(logits, y)
-        y_index = self._fit_labels(y, n_columns=logits.shape[1])
+        try:
+            y_index = self._fit_labels(y, n_columns=logits.shape[1])
+        except ValueError as error:
+            if self.backbone is None and self.n_features_in_ == 1:
+                raise ValueError(
+                    f"X is 1-D: binary scores of the positive class, read as 2 logit columns; "
+                    f"{error}. For more than 2 classes pass the (n, K) logits"
+                ) from None
+            raise
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, logits, dtype=np.float64, ensure_non_negative=True

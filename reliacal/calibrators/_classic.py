@@ -1,16 +1,12 @@
-"""What the classic calibrators share: 1-D binary scores and one-vs-rest maps.
+"""What the classic calibrators share: probability output and one-vs-rest maps.
 
 The classic calibrators (Platt, isotonic, beta, histogram binning, ensemble
 temperature scaling) output probabilities rather than a logit map, and were
 designed for binary problems. Two classes here adapt them to the
 :class:`~reliacal.calibrators.BaseCalibrator` contract:
 
-- :class:`ClassicCalibrator` also accepts a 1-D ``X`` of ``n`` binary
-  scores: in logits mode each value is the logit (log-odds, or any score
-  that grows with it) of the positive class ``classes_[1]``, read as the
-  two logit columns ``[0, s]``; with ``input="probs"`` it is the probability
-  of the positive class, read as ``[1 - p, p]``. A calibrator fitted on 1-D
-  input predicts on 1-D input (``n_features_in_ == 1``). ``predict_proba``
+- :class:`ClassicCalibrator` accepts, as every calibrator does, a 1-D
+  ``X`` of ``n`` binary scores (see :class:`BaseCalibrator`). ``predict_proba``
   returns the calibrated probabilities as computed (exact zeros included),
   ``input="probs"`` takes logs in float64 whatever the input dtype,
   ``decision_function`` their logs ``log(max(p, tiny))``, ``tiny`` the
@@ -28,10 +24,8 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from sklearn.utils.validation import validate_data
 
 from .._docstrings import fill_doc
-from .._validation import check_logits, to_numpy
 from ._base import BaseCalibrator, ConvergenceWarning
 from ._logistic import LogisticFit
 
@@ -94,7 +88,7 @@ def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
 
 
 class ClassicCalibrator(BaseCalibrator):
-    """Base of the probability-output calibrators: 1-D binary input, log-probability output.
+    """Base of the probability-output calibrators: their logits are log-probabilities.
 
     Subclasses implement ``_fit_core`` and ``_calibrated_proba(features,
     logits) -> (n, K)`` probabilities.
@@ -132,25 +126,6 @@ class ClassicCalibrator(BaseCalibrator):
         # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
         # (relative error ~6e-8) would move a score between close isotonic knots.
         return super()._probabilities_to_logits(np.asarray(probabilities, dtype=np.float64))
-
-    def _logits_mode_inputs(self, X, reset: bool):
-        values = to_numpy(X, "X") if type(X).__module__.startswith("torch") else X
-        fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
-        if np.ndim(values) != 1 or fitted_on_columns:
-            # sklearn's errors, with its "Reshape your data" hint for 1-D input here.
-            return super()._logits_mode_inputs(values, reset=reset)
-        # pandas Series and lists too: one score per sample, as a single column.
-        column = np.asarray(values).reshape(-1, 1)
-        column = validate_data(
-            self, column, reset=reset, dtype=(np.float64, np.float32), ensure_all_finite=False
-        )
-        scores = check_logits(column)[:, 0]
-        if self.input == "probs":
-            # [1 - p, p]: the base checks that these are probabilities and takes their logs.
-            two_columns = np.column_stack([1.0 - scores, scores])
-        else:
-            two_columns = np.column_stack([np.zeros_like(scores), scores])
-        return self._split_columns(two_columns)
 
 
 class OneVsRestCalibrator(ClassicCalibrator):

@@ -169,7 +169,8 @@ def test_bad_inputs(estimator):
     bad[3, 1] = np.inf
     with pytest.raises(ValueError, match="NaN or infinite"):
         clone(estimator).fit(bad, y)
-    with pytest.raises(ValueError, match="Reshape your data"):
+    # 1-D X is read as binary scores: three classes cannot be.
+    with pytest.raises(ValueError, match=r"X is 1-D: binary scores.* labels \[2\]"):
         clone(estimator).fit(logits[:, 0], y)
     with pytest.raises(ValueError, match="0 sample"):
         clone(estimator).fit(np.empty((0, 3)), np.empty(0, dtype=int))
@@ -199,6 +200,42 @@ def test_bad_inputs(estimator):
         fitted.predict(logits[0])
     with pytest.raises(ValueError, match="NaN or infinite"):
         fitted.predict_proba(np.full((2, 3), np.nan))
+
+
+def _every_logit_calibrator():
+    from reliacal.calibrators import AdaptiveTS, AutoCalibrator
+
+    return [
+        *ESTIMATORS,
+        AutoCalibrator(cv=3),
+        AdaptiveTS(n_members=1, max_epochs=2, hidden_layer_sizes=(8,), random_state=0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "estimator", _every_logit_calibrator(), ids=_ids(_every_logit_calibrator())
+)
+def test_one_dimensional_binary_scores_are_the_positive_class_logit(estimator):
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, size=400)
+    scores = 3.0 * (2.0 * y - 1.0 + rng.normal(size=400))
+    columns = np.column_stack([np.zeros_like(scores), scores])
+    probabilities = 1.0 / (1.0 + np.exp(-scores))
+    expected = clone(estimator).fit(columns, y).predict_proba(columns)
+    as_scores = clone(estimator).fit(scores, y)
+    assert as_scores.n_features_in_ == 1
+    np.testing.assert_allclose(as_scores.predict_proba(scores), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        as_scores.decision_function(torch.from_numpy(scores)).shape, (400, 2)
+    )
+    # With input="probs" each value is the positive class's probability: columns [1 - p, p].
+    with_probs = clone(estimator).set_params(input="probs")
+    probability_columns = np.column_stack([1.0 - probabilities, probabilities])
+    expected = clone(with_probs).fit(probability_columns, y).predict_proba(probability_columns)
+    as_probabilities = with_probs.fit(probabilities, y)
+    np.testing.assert_allclose(as_probabilities.predict_proba(probabilities), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="X has 2 features, but .* is expecting 1"):
+        as_scores.predict_proba(columns)
 
 
 def test_probabilities_only_when_asked():
