@@ -24,7 +24,10 @@ from ._validation import encode_labels
 
 __all__ = ["CalibratedClassifier", "classifier_logits"]
 
-_TINY = np.finfo(np.float64).tiny
+# scikit-learn's offset (calibration._convert_to_logits): the same logits, and an exact
+# zero probability (random forests give many) becomes log(1e-12) ~ -27.6, a logit a
+# calibrator can still move, where log(tiny) ~ -708 would dominate every fit.
+_PROBABILITY_OFFSET = 1e-12
 
 # method name -> (calibrator class name, parameters)
 _METHODS = {
@@ -44,8 +47,8 @@ def classifier_logits(estimator, X) -> np.ndarray:
     """Logits ``(n, K)`` of a fitted scikit-learn classifier.
 
     ``decision_function`` when the classifier has one (a 1-D binary score
-    ``d`` becomes the columns ``[0, d]``), else ``log(max(p, tiny))`` of
-    ``predict_proba``, ``tiny`` the smallest normal float64.
+    ``d`` becomes the columns ``[0, d]``), else ``log(p + 1e-12)`` of
+    ``predict_proba``, as scikit-learn's ``CalibratedClassifierCV`` does.
 
     Examples
     --------
@@ -64,7 +67,7 @@ def classifier_logits(estimator, X) -> np.ndarray:
         return scores
     if hasattr(estimator, "predict_proba"):
         probabilities = np.asarray(estimator.predict_proba(X), dtype=np.float64)
-        return np.log(np.maximum(probabilities, _TINY))
+        return np.log(probabilities + _PROBABILITY_OFFSET)
     raise ValueError(
         f"{type(estimator).__name__} has neither decision_function nor predict_proba: "
         "its logits cannot be read"

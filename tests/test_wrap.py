@@ -7,6 +7,7 @@ import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import make_classification
+from sklearn.ensemble import RandomForestClassifier
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
@@ -66,6 +67,17 @@ def test_prefit_and_frozen_equal_calibrated_classifier_cv(method):
     assert prefit.calibrated_classifiers_[0][0] is model
 
 
+def test_a_random_forest_with_zero_probabilities_equals_calibrated_classifier_cv():
+    # A forest gives exact zeros; scikit-learn reads them as log(0 + 1e-12), not log(tiny).
+    X, y, X_test = _data(3, seed=3)
+    forest = RandomForestClassifier(n_estimators=10, random_state=0).fit(X[:500], y[:500])
+    assert (forest.predict_proba(X_test) == 0).any()
+    reference = CalibratedClassifierCV(FrozenEstimator(forest), method="temperature")
+    expected = reference.fit(X[500:], y[500:]).predict_proba(X_test)
+    ours = CalibratedClassifier(forest, method="temperature", cv="prefit").fit(X[500:], y[500:])
+    np.testing.assert_allclose(ours.predict_proba(X_test), expected, atol=1e-6)
+
+
 def test_a_calibrator_instance_is_cloned_and_string_labels_work():
     X, y, X_test = _data(3, seed=2)
     labels = np.array(["cat", "dog", "eel"])[y]
@@ -78,7 +90,7 @@ def test_a_calibrator_instance_is_cloned_and_string_labels_work():
     assert set(model.predict(X_test)) <= {"cat", "dog", "eel"}
     # Each pair's calibrator read the log of GaussianNB's predict_proba (no decision_function).
     estimator, calibrator = model.calibrated_classifiers_[0]
-    expected = np.log(np.maximum(estimator.predict_proba(X_test), np.finfo(float).tiny))
+    expected = np.log(estimator.predict_proba(X_test) + 1e-12)  # scikit-learn's offset
     np.testing.assert_allclose(classifier_logits(estimator, X_test), expected)
 
 
