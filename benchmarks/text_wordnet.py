@@ -867,15 +867,26 @@ def director_lines(runs: list[dict]) -> list[str]:
     return ["", *lines] if lines else []
 
 
-def seed_path(seed: int, quick: bool) -> Path:
-    return SEED_DIR / f"{'quick-' if quick else ''}seed{seed}.json"
+def keep_other_stages(result: dict, stored: dict, stages) -> dict:
+    """``result`` with the rows and timings of the stages it did not run taken from ``stored``."""
+    order = list(STAGES)
+    rows = [row for row in stored["rows"] if row["stage"] not in stages]
+    rows += [row for row in result["rows"] if row["stage"] in stages]
+    rows.sort(key=lambda row: order.index(row["stage"]))
+    seconds = {k: v for k, v in stored["stage_seconds"].items() if k not in stages}
+    seconds.update({k: v for k, v in result["stage_seconds"].items() if k in stages})
+    return {**result, "rows": rows, "stage_seconds": seconds, "seconds": sum(seconds.values())}
 
 
-def write_table(quick: bool, output: Path, command: str) -> None:
+def seed_path(seed: int, quick: bool, seed_dir: Path = SEED_DIR) -> Path:
+    return seed_dir / f"{'quick-' if quick else ''}seed{seed}.json"
+
+
+def write_table(quick: bool, output: Path, command: str, seed_dir: Path = SEED_DIR) -> None:
     pattern = "quick-seed*.json" if quick else "seed*.json"
-    runs = [json.loads(path.read_text()) for path in sorted(SEED_DIR.glob(pattern))]
+    runs = [json.loads(path.read_text()) for path in sorted(seed_dir.glob(pattern))]
     if not runs:
-        sys.exit(f"no per-seed results in {SEED_DIR} ({pattern})")
+        sys.exit(f"no per-seed results in {seed_dir} ({pattern})")
     output.write_text(merge(runs, command, smoke=quick))
     print(f"wrote {output} ({len(runs)} seed(s))")
 
@@ -896,25 +907,32 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--verbose", type=int, default=0, help="2: per-batch progress bars")
     parser.add_argument("--output", type=Path, default=RESULTS / "text_wordnet.md")
+    parser.add_argument(
+        "--seed-dir", type=Path, default=SEED_DIR, help="folder of the per-seed result files"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     command = "python benchmarks/text_wordnet.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
-    SEED_DIR.mkdir(parents=True, exist_ok=True)
+    args.seed_dir.mkdir(parents=True, exist_ok=True)
     if not args.merge:
         budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
         stages = args.stages or list(STAGES)
         for seed in args.seed if args.seed else [0]:
-            path = seed_path(seed, args.quick)
+            path = seed_path(seed, args.quick, args.seed_dir)
             previous = json.loads(path.read_text()) if path.exists() else None
             if previous is not None and set(stages) == set(STAGES):
                 previous = None  # a full rerun starts the seed's file afresh
             log = lambda m: print(m, flush=True)  # noqa: E731
             result = run_seed(seed, budget, stages, args.wordnet_dir, log, previous)
-            seed_path(seed, args.quick).write_text(json.dumps(result, indent=1))
-            print(f"wrote {seed_path(seed, args.quick)}", flush=True)
-    write_table(args.quick, args.output, command)
+            # Another process may have stored other stages of this seed meanwhile: keep them.
+            stored = json.loads(path.read_text()) if path.exists() else None
+            if stored is not None and stored.get("budget") == result["budget"]:
+                result = keep_other_stages(result, stored, stages)
+            path.write_text(json.dumps(result, indent=1))
+            print(f"wrote {path}", flush=True)
+    write_table(args.quick, args.output, command, args.seed_dir)
 
 
 if __name__ == "__main__":
