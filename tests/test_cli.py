@@ -671,7 +671,7 @@ def test_calibrate_with_the_classic_calibrators(capsys, tmp_path, method, name, 
 
     probs, labels = load_record("wideresnet-16-4-cifar-10")
     write_split(tmp_path, probs, labels, slice(1000), slice(1000, 2000))
-    out_file, model_file = tmp_path / "calibrated.npz", tmp_path / "model.joblib"
+    out_file, model_file = tmp_path / "calibrated.npz", tmp_path / "model.zip"
     status, out, err = calibrate(
         capsys,
         tmp_path,
@@ -685,7 +685,7 @@ def test_calibrate_with_the_classic_calibrators(capsys, tmp_path, method, name, 
     expected = direct.predict_proba(probs[1000:2000])
     with np.load(out_file) as saved:
         np.testing.assert_allclose(saved["probs"], expected, atol=1e-6)
-    assert type(joblib.load(model_file)).__name__ == name
+    assert type(reliacal.load(model_file)).__name__ == name
     # WRN-16-4 on CIFAR-10 is over-confident (ECE about 5%): each map lowers the ECE.
     assert table.loc[name, "ece"] < table.loc["uncalibrated", "ece"]
     status, out, err = calibrate(capsys, tmp_path, "--method", method, "--reg-bias", "1")

@@ -599,7 +599,9 @@ def test_warning_fires_when_the_student_falls_below_its_teacher(digits, trained_
     )
     with pytest.warns(StudentBelowTeacherWarning, match="below its teacher") as record:
         crippled.fit(X, y)
-    assert record[0].filename == __file__  # points at the caller's line
+    # The shared loop may also warn (a chance-level epoch); ours points at the caller's line.
+    ours = [w for w in record if issubclass(w.category, StudentBelowTeacherWarning)]
+    assert ours and ours[0].filename == __file__
     assert crippled.teacher_val_accuracy_ - crippled.student_val_accuracy_ > 0.02
 
 
