@@ -787,6 +787,8 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
             cells.append(spread([row[key] for row in rows if key in row], digits))
         cells.append(f"{rows[0]['parameters']:,}")
         lines.append("| " + " | ".join(cells) + " |")
+    if REFERENCE not in methods:  # e.g. a folder holding one stage's rows only
+        return "\n".join(lines) + "\n"
     reference = {
         run["seed"]: next(r for r in run["rows"] if r["method"] == REFERENCE) for run in runs
     }
