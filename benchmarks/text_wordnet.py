@@ -630,8 +630,8 @@ def teacher_path(seed: int, budget: Budget) -> Path:
     return CACHE / f"baseline-seed{seed}-{budget.n_train}x{budget.epochs}.pt"
 
 
-def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log, previous: dict | None) -> dict:
-    """Run ``stages`` on the seed's split; rows of the other stages come from ``previous``."""
+def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log) -> dict:
+    """Run ``stages`` on the seed's split: their rows and minutes, and the machine's state."""
     start_seed = time.perf_counter()
     data = build_data(budget, seed, wordnet_dir)
     log(
@@ -639,19 +639,15 @@ def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log, previous: dict
         f"{len(data['test'])} test / {len(data['ood'])} OOD glosses; train length median "
         f"{np.median(data['lengths']):.0f} word pieces ({time.perf_counter() - start_seed:.0f} s)"
     )
-    result = previous or {"seed": seed, "rows": [], "stage_seconds": {}}
-    if previous is not None and previous["budget"] != asdict(budget):
-        sys.exit(f"seed {seed}'s stored results used another budget: rerun every stage")
+    result = {"seed": seed, "rows": [], "stage_seconds": {}}
     for stage in stages:
         stage_start = time.perf_counter()
         rows = STAGES[stage](data, budget, seed, log)
         for row in rows:
             row["stage"] = stage
-        result["rows"] = [row for row in result["rows"] if row.get("stage") != stage] + rows
+        result["rows"] += rows
         result["stage_seconds"][stage] = time.perf_counter() - stage_start
         log(f"  stage {stage}: {result['stage_seconds'][stage] / 60:.1f} min")
-    order = list(STAGES)
-    result["rows"].sort(key=lambda row: order.index(row["stage"]))
     result.update(
         budget=asdict(budget),
         max_length=MAX_LENGTH,
@@ -920,18 +916,19 @@ def main(argv=None) -> None:
     args.seed_dir.mkdir(parents=True, exist_ok=True)
     if not args.merge:
         budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
-        stages = args.stages or list(STAGES)
+        stages = [stage for stage in STAGES if stage in (args.stages or STAGES)]
         for seed in args.seed if args.seed else [0]:
             path = seed_path(seed, args.quick, args.seed_dir)
-            previous = json.loads(path.read_text()) if path.exists() else None
-            if previous is not None and set(stages) == set(STAGES):
-                previous = None  # a full rerun starts the seed's file afresh
+            partial = set(stages) != set(STAGES)  # a full rerun starts the seed's file afresh
+            if partial and path.exists():
+                if json.loads(path.read_text())["budget"] != asdict(budget):
+                    sys.exit(f"seed {seed}'s stored results used another budget: rerun every stage")
             log = lambda m: print(m, flush=True)  # noqa: E731
-            result = run_seed(seed, budget, stages, args.wordnet_dir, log, previous)
-            # Another process may have stored other stages of this seed meanwhile: keep them.
-            stored = json.loads(path.read_text()) if path.exists() else None
-            if stored is not None and stored.get("budget") == result["budget"]:
-                result = keep_other_stages(result, stored, stages)
+            result = run_seed(seed, budget, stages, args.wordnet_dir, log)
+            # Read the stored stages now, not before the run: another process may have
+            # stored some of this seed's stages meanwhile.
+            if partial and path.exists():
+                result = keep_other_stages(result, json.loads(path.read_text()), stages)
             path.write_text(json.dumps(result, indent=1))
             print(f"wrote {path}", flush=True)
     write_table(args.quick, args.output, command, args.seed_dir)
