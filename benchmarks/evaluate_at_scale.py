@@ -3,7 +3,7 @@
 Writes ``--rows`` x ``--classes`` float32 probabilities and int64 labels as one
 parquet file (row groups of ``--row-group-rows``; default 100,000,000 x 10, about
 4.4 GiB), then, each in a fresh Python process whose peak resident set
-(``getrusage``'s ``ru_maxrss``) and wall time are measured:
+(Linux ``VmHWM``) and wall time are measured:
 
 1. ``reliacal evaluate FILE --streamable-only``: the whole file, batch by batch,
    the report's sums-only metrics (constant memory);
@@ -39,11 +39,15 @@ from _common import add_output_argument, header, load_average, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The peak resident set of this process in bytes (Linux reports KiB).
+# The peak resident set of this process image in bytes (Linux reports KiB). Not
+# getrusage's ru_maxrss: subprocess starts children by vfork + exec, and Linux carries
+# the parent's peak into the child's ru_maxrss, which floored every row at the peak of
+# the process that wrote the file.
 _PEAK = """
-import resource
 def peak_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1]) * 1024
 """
 
 # reliacal's command on the file (or its first ROWS rows, copied to a smaller file first).
@@ -98,6 +102,15 @@ print(json.dumps({'imports': before, 'peak': peak_bytes(),
 )
 
 
+def draw_row_group(rng: np.random.Generator, size: int, n_classes: int):
+    """``size`` rows of Dirichlet(0.3) float32 probabilities and labels drawn from them."""
+    probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
+    probs /= probs.sum(axis=1, keepdims=True)
+    draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
+    labels = np.minimum(draws.sum(axis=1), n_classes - 1)
+    return probs, labels
+
+
 def write_parquet(path: Path, rows: int, n_classes: int, row_group_rows: int, seed: int = 0):
     """Dirichlet(0.3) float32 probabilities and labels drawn from them, one row group at a time."""
     import pyarrow as pa
@@ -109,11 +122,7 @@ def write_parquet(path: Path, rows: int, n_classes: int, row_group_rows: int, se
     )
     with pq.ParquetWriter(path, schema) as writer:
         for start in range(0, rows, row_group_rows):
-            size = min(row_group_rows, rows - start)
-            probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
-            probs /= probs.sum(axis=1, keepdims=True)
-            draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
-            labels = np.minimum(draws.sum(axis=1), n_classes - 1)
+            probs, labels = draw_row_group(rng, min(row_group_rows, rows - start), n_classes)
             arrays = [pa.array(probs[:, k]) for k in range(n_classes)] + [pa.array(labels)]
             writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
 
@@ -195,7 +204,7 @@ def main() -> None:
         f"File: {args.rows:,} x {args.classes} float32 probabilities (Dirichlet 0.3) + int64 "
         f"labels, one parquet file of {size / 2**30:.2f} GiB in row groups of "
         f"{args.row_group_rows:,} rows. Each line is a fresh process on one thread; RSS is "
-        "its peak resident set (`ru_maxrss`), `added` its growth after the imports.",
+        "its peak resident set (Linux `VmHWM`), `added` its growth after the imports.",
         "",
         "| run | RSS after imports (MiB) | peak RSS (MiB) | added (MiB) | time (s) | rows/s | "
         "ECE |",
