@@ -29,6 +29,83 @@ def _load_record(name: str) -> tuple[np.ndarray, np.ndarray]:
         return record["predictions"], record["ground_truth"]
 
 
+def _post_hoc_factories() -> dict:
+    """Name -> factory of each post-hoc calibrator on probabilities, sized to fit in seconds.
+
+    The one table of the tests that run every calibrator (export, persistence).
+    """
+    from reliacal.calibrators import (
+        AdaptiveTS,
+        AutoCalibrator,
+        BetaCalibration,
+        EnsembleTemperatureScaling,
+        HistogramBinning,
+        IsotonicCalibration,
+        MatrixScaling,
+        PlattScaling,
+        TemperatureScaling,
+        VectorScaling,
+    )
+
+    return {
+        "temperature": lambda: TemperatureScaling(input="probs"),
+        "vector": lambda: VectorScaling(input="probs"),
+        "dirichlet": lambda: MatrixScaling(input="probs", reg_off_diagonal=1.0, reg_bias=1.0),
+        "ets": lambda: EnsembleTemperatureScaling(input="probs"),
+        "adaptive": lambda: AdaptiveTS(
+            input="probs",
+            hidden_layer_sizes=(16,),
+            temperature_hidden_sizes=(8,),
+            max_epochs=2,
+            random_state=0,
+        ),
+        "platt": lambda: PlattScaling(input="probs"),
+        "beta": lambda: BetaCalibration(input="probs"),
+        "isotonic": lambda: IsotonicCalibration(input="probs"),
+        "histogram": lambda: HistogramBinning(input="probs"),
+        "histogram-top-label": lambda: HistogramBinning(input="probs", mode="top-label"),
+        "auto": lambda: AutoCalibrator(
+            input="probs",
+            candidates={"isotonic": IsotonicCalibration(), "temperature": TemperatureScaling()},
+            cv=2,
+        ),
+    }
+
+
+def _post_hoc_calibrator(name: str, **params):
+    return _post_hoc_factories()[name]().set_params(**params)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow_post_hoc(*names): mark the post_hoc_name cases of these calibrators slow",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """Run a test that takes ``post_hoc_name`` once per post-hoc calibrator of the table.
+
+    A test marked ``@pytest.mark.slow_post_hoc("dirichlet", ...)`` gets its cases of those
+    calibrators marked ``slow``.
+    """
+    if "post_hoc_name" not in metafunc.fixturenames:
+        return
+    slow = set()
+    for marker in metafunc.definition.iter_markers("slow_post_hoc"):
+        slow.update(marker.args)
+    unknown = slow - set(_post_hoc_factories())
+    if unknown:
+        raise ValueError(f"slow_post_hoc names no calibrator of the table: {sorted(unknown)}")
+    metafunc.parametrize(
+        "post_hoc_name",
+        [
+            pytest.param(name, marks=pytest.mark.slow) if name in slow else name
+            for name in _post_hoc_factories()
+        ],
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
@@ -55,6 +132,18 @@ def cifar_record(record_name):
     """Each CIFAR record in turn, as ``(name, probabilities, labels)``."""
     probs, labels = _load_record(record_name)
     return record_name, probs, labels
+
+
+@pytest.fixture(scope="session")
+def post_hoc_calibrator():
+    """``post_hoc_calibrator(name, **params)``: a new unfitted post-hoc calibrator of the table.
+
+    Each test that takes ``post_hoc_name`` runs once per name (``"temperature"``,
+    ``"vector"``, ``"dirichlet"``, ``"ets"``, ``"adaptive"``, ``"platt"``, ``"beta"``,
+    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"auto"``); ``params`` go to
+    ``set_params``. Every calibrator reads probabilities (``input="probs"``).
+    """
+    return _post_hoc_calibrator
 
 
 @pytest.fixture(scope="module")
