@@ -8,6 +8,11 @@ when none is present.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +149,60 @@ def post_hoc_calibrator():
     ``set_params``. Every calibrator reads probabilities (``input="probs"``).
     """
     return _post_hoc_calibrator
+
+
+def _torch_modules_after(script: str) -> list[str]:
+    probe = textwrap.dedent(script) + textwrap.dedent(
+        """
+        import sys
+        print(",".join(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))))
+        """
+    )
+    # The working tree first, so that a test of this checkout imports its own code.
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    last_line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    return [name for name in last_line.split(",") if name]
+
+
+@pytest.fixture(scope="session")
+def torch_modules_after():
+    """``torch_modules_after(script) -> list[str]``: the torch modules a script loads.
+
+    The script (dedented) runs in a fresh interpreter that imports this checkout first; a
+    failing script fails the test (``CalledProcessError``).
+    """
+    return _torch_modules_after
+
+
+@contextlib.contextmanager
+def _local_dask_client(*, processes: bool):
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=processes, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="session")
+def local_dask_client():
+    """``with local_dask_client(processes=...) as client:`` a two-worker dask cluster.
+
+    One thread per worker, no dashboard; ``processes=True`` makes the workers processes, so
+    that what they exchange is pickled. Skips the test when ``distributed`` is missing.
+    """
+    return _local_dask_client
 
 
 @pytest.fixture(scope="module")
