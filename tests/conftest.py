@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -203,6 +204,19 @@ def local_dask_client():
     that what they exchange is pickled. Skips the test when ``distributed`` is missing.
     """
     return _local_dask_client
+
+
+@pytest.fixture
+def no_pickle(monkeypatch):
+    """Make every pickle entry point raise while the test runs (the guard of ``save``)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle was used")
+
+    for name in ("dump", "dumps", "load", "loads"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(pickle, "Pickler", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import pickle
 import zipfile
 
 import numpy as np
@@ -16,26 +15,13 @@ from timm.models.vision_transformer import VisionTransformer
 import reliacal
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import AutoCalibrator, MatrixScaling, TemperatureScaling
-from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
+from reliacal.finetune import DiffusionReconfigurer
 from reliacal.persistence import FORMAT_VERSION, save
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CALIBRATION = slice(0, 1500)
 EVALUATION = slice(5000, 5400)
-
-
-@pytest.fixture
-def no_pickle(monkeypatch):
-    """Make every pickle entry point raise while the test runs."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("pickle was used")
-
-    for name in ("dump", "dumps", "load", "loads"):
-        monkeypatch.setattr(pickle, name, refuse)
-    monkeypatch.setattr(pickle, "Pickler", refuse)
-    monkeypatch.setattr(pickle, "Unpickler", refuse)
 
 
 def test_the_no_pickle_fixture_bites(no_pickle, tmp_path):
@@ -208,35 +194,6 @@ def test_calibrator_with_a_backbone_needs_the_same_weights(tmp_path, no_pickle):
     assert_same_predictions(model, loaded, X)
     with pytest.raises(ValueError, match="weights differ"):
         reliacal.load(tmp_path / "ts", backbone=tiny_vit(seed=1))
-
-
-def calattn_quick(backbone, **overrides):
-    settings = dict(
-        max_epochs=1,
-        batch_size=12,
-        learning_rate=5e-3,
-        warmup_epochs=0,
-        validation_fraction=0.25,
-        device="cpu",
-        random_state=0,
-        post_hoc="temperature",
-    )
-    return CalAttnFinetuner(backbone, **{**settings, **overrides})
-
-
-def test_calattn_round_trips_given_the_backbone(tmp_path, no_pickle):
-    X, y = image_data()
-    model = calattn_quick(tiny_vit()).fit(X, y)
-    model.save(tmp_path / "calattn.zip")
-    # Any weights of the same architecture: the fine-tuned ones come from the file.
-    loaded = reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(seed=5))
-    assert_same_predictions(model, loaded, X)
-    np.testing.assert_array_equal(model.scale(X), loaded.scale(X))
-    assert loaded.post_hoc_.temperature_ == model.post_hoc_.temperature_
-    with pytest.raises(ValueError, match="does not fit the one rebuilt"):
-        reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(embed_dim=8))
-    with pytest.raises(ValueError, match="saved with a timm"):
-        reliacal.load(tmp_path / "calattn.zip", backbone=torch.nn.Linear(2, 2))
 
 
 def test_director_round_trips_given_the_backbone(tmp_path, no_pickle):
