@@ -35,51 +35,52 @@ def _load_record(name: str) -> tuple[np.ndarray, np.ndarray]:
         return record["predictions"], record["ground_truth"]
 
 
-def _post_hoc_factories() -> dict:
-    """Name -> factory of each post-hoc calibrator on probabilities, sized to fit in seconds.
+def _post_hoc_table() -> dict[str, tuple[str, dict]]:
+    """Name -> (class name, parameters) of each post-hoc calibrator, sized to fit in seconds.
 
-    The one table of the tests that run every calibrator (export, persistence).
+    The one table of the tests that run every calibrator (export, persistence). Built afresh
+    on each call: AutoCalibrator's candidates are estimators, never shared between fits.
     """
-    from reliacal.calibrators import (
-        AdaptiveTS,
-        AutoCalibrator,
-        BetaCalibration,
-        EnsembleTemperatureScaling,
-        HistogramBinning,
-        IsotonicCalibration,
-        MatrixScaling,
-        PlattScaling,
-        TemperatureScaling,
-        VectorScaling,
-    )
+    from reliacal.calibrators import IsotonicCalibration, TemperatureScaling
 
     return {
-        "temperature": lambda: TemperatureScaling(input="probs"),
-        "vector": lambda: VectorScaling(input="probs"),
-        "dirichlet": lambda: MatrixScaling(input="probs", reg_off_diagonal=1.0, reg_bias=1.0),
-        "ets": lambda: EnsembleTemperatureScaling(input="probs"),
-        "adaptive": lambda: AdaptiveTS(
-            input="probs",
-            hidden_layer_sizes=(16,),
-            temperature_hidden_sizes=(8,),
-            max_epochs=2,
-            random_state=0,
+        "temperature": ("TemperatureScaling", {}),
+        "vector": ("VectorScaling", {}),
+        "dirichlet": ("MatrixScaling", {"reg_off_diagonal": 1.0, "reg_bias": 1.0}),
+        "ets": ("EnsembleTemperatureScaling", {}),
+        "adaptive": (
+            "AdaptiveTS",
+            {
+                "hidden_layer_sizes": (16,),
+                "temperature_hidden_sizes": (8,),
+                "max_epochs": 2,
+                "random_state": 0,
+            },
         ),
-        "platt": lambda: PlattScaling(input="probs"),
-        "beta": lambda: BetaCalibration(input="probs"),
-        "isotonic": lambda: IsotonicCalibration(input="probs"),
-        "histogram": lambda: HistogramBinning(input="probs"),
-        "histogram-top-label": lambda: HistogramBinning(input="probs", mode="top-label"),
-        "auto": lambda: AutoCalibrator(
-            input="probs",
-            candidates={"isotonic": IsotonicCalibration(), "temperature": TemperatureScaling()},
-            cv=2,
+        "platt": ("PlattScaling", {}),
+        "beta": ("BetaCalibration", {}),
+        "isotonic": ("IsotonicCalibration", {}),
+        "histogram": ("HistogramBinning", {}),
+        "histogram-top-label": ("HistogramBinning", {"mode": "top-label"}),
+        "auto": (
+            "AutoCalibrator",
+            {
+                "candidates": {
+                    "isotonic": IsotonicCalibration(),
+                    "temperature": TemperatureScaling(),
+                },
+                "cv": 2,
+            },
         ),
     }
 
 
 def _post_hoc_calibrator(name: str, **params):
-    return _post_hoc_factories()[name]().set_params(**params)
+    import reliacal.calibrators
+
+    class_name, settings = _post_hoc_table()[name]
+    calibrator_class = getattr(reliacal.calibrators, class_name)
+    return calibrator_class(input="probs", **{**settings, **params})
 
 
 def pytest_configure(config):
@@ -100,14 +101,14 @@ def pytest_generate_tests(metafunc):
     slow = set()
     for marker in metafunc.definition.iter_markers("slow_post_hoc"):
         slow.update(marker.args)
-    unknown = slow - set(_post_hoc_factories())
+    unknown = slow - set(_post_hoc_table())
     if unknown:
         raise ValueError(f"slow_post_hoc names no calibrator of the table: {sorted(unknown)}")
     metafunc.parametrize(
         "post_hoc_name",
         [
             pytest.param(name, marks=pytest.mark.slow) if name in slow else name
-            for name in _post_hoc_factories()
+            for name in _post_hoc_table()
         ],
     )
 
@@ -146,8 +147,8 @@ def post_hoc_calibrator():
 
     Each test that takes ``post_hoc_name`` runs once per name (``"temperature"``,
     ``"vector"``, ``"dirichlet"``, ``"ets"``, ``"adaptive"``, ``"platt"``, ``"beta"``,
-    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"auto"``); ``params`` go to
-    ``set_params``. Every calibrator reads probabilities (``input="probs"``).
+    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"auto"``); ``params``
+    replace the table's. Every calibrator reads probabilities (``input="probs"``).
     """
     return _post_hoc_calibrator
 
