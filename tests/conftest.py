@@ -8,6 +8,12 @@ when none is present.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +33,84 @@ def _load_record(name: str) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(probabilities, labels)`` of one bundled CIFAR record."""
     with np.load(DATA_DIR / f"{name}.npz") as record:
         return record["predictions"], record["ground_truth"]
+
+
+def _post_hoc_table() -> dict[str, tuple[str, dict]]:
+    """Name -> (class name, parameters) of each post-hoc calibrator, sized to fit in seconds.
+
+    The one table of the tests that run every calibrator (export, persistence). Built afresh
+    on each call: AutoCalibrator's candidates are estimators, never shared between fits.
+    """
+    from reliacal.calibrators import IsotonicCalibration, TemperatureScaling
+
+    return {
+        "temperature": ("TemperatureScaling", {}),
+        "vector": ("VectorScaling", {}),
+        "dirichlet": ("MatrixScaling", {"reg_off_diagonal": 1.0, "reg_bias": 1.0}),
+        "ets": ("EnsembleTemperatureScaling", {}),
+        "adaptive": (
+            "AdaptiveTS",
+            {
+                "hidden_layer_sizes": (16,),
+                "temperature_hidden_sizes": (8,),
+                "max_epochs": 2,
+                "random_state": 0,
+            },
+        ),
+        "platt": ("PlattScaling", {}),
+        "beta": ("BetaCalibration", {}),
+        "isotonic": ("IsotonicCalibration", {}),
+        "histogram": ("HistogramBinning", {}),
+        "histogram-top-label": ("HistogramBinning", {"mode": "top-label"}),
+        "auto": (
+            "AutoCalibrator",
+            {
+                "candidates": {
+                    "isotonic": IsotonicCalibration(),
+                    "temperature": TemperatureScaling(),
+                },
+                "cv": 2,
+            },
+        ),
+    }
+
+
+def _post_hoc_calibrator(name: str, **params):
+    import reliacal.calibrators
+
+    class_name, settings = _post_hoc_table()[name]
+    calibrator_class = getattr(reliacal.calibrators, class_name)
+    return calibrator_class(input="probs", **{**settings, **params})
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow_post_hoc(*names): mark the post_hoc_name cases of these calibrators slow",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """Run a test that takes ``post_hoc_name`` once per post-hoc calibrator of the table.
+
+    A test marked ``@pytest.mark.slow_post_hoc("dirichlet", ...)`` gets its cases of those
+    calibrators marked ``slow``.
+    """
+    if "post_hoc_name" not in metafunc.fixturenames:
+        return
+    slow = set()
+    for marker in metafunc.definition.iter_markers("slow_post_hoc"):
+        slow.update(marker.args)
+    unknown = slow - set(_post_hoc_table())
+    if unknown:
+        raise ValueError(f"slow_post_hoc names no calibrator of the table: {sorted(unknown)}")
+    metafunc.parametrize(
+        "post_hoc_name",
+        [
+            pytest.param(name, marks=pytest.mark.slow) if name in slow else name
+            for name in _post_hoc_table()
+        ],
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -55,6 +139,85 @@ def cifar_record(record_name):
     """Each CIFAR record in turn, as ``(name, probabilities, labels)``."""
     probs, labels = _load_record(record_name)
     return record_name, probs, labels
+
+
+@pytest.fixture(scope="session")
+def post_hoc_calibrator():
+    """``post_hoc_calibrator(name, **params)``: a new unfitted post-hoc calibrator of the table.
+
+    Each test that takes ``post_hoc_name`` runs once per name (``"temperature"``,
+    ``"vector"``, ``"dirichlet"``, ``"ets"``, ``"adaptive"``, ``"platt"``, ``"beta"``,
+    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"auto"``); ``params``
+    replace the table's. Every calibrator reads probabilities (``input="probs"``).
+    """
+    return _post_hoc_calibrator
+
+
+def _torch_modules_after(script: str) -> list[str]:
+    probe = textwrap.dedent(script) + textwrap.dedent(
+        """
+        import sys
+        print(",".join(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))))
+        """
+    )
+    # The working tree first, so that a test of this checkout imports its own code.
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    last_line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    return [name for name in last_line.split(",") if name]
+
+
+@pytest.fixture(scope="session")
+def torch_modules_after():
+    """``torch_modules_after(script) -> list[str]``: the torch modules a script loads.
+
+    The script (dedented) runs in a fresh interpreter that imports this checkout first; a
+    failing script fails the test (``CalledProcessError``).
+    """
+    return _torch_modules_after
+
+
+@contextlib.contextmanager
+def _local_dask_client(*, processes: bool):
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=processes, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="session")
+def local_dask_client():
+    """``with local_dask_client(processes=...) as client:`` a two-worker dask cluster.
+
+    One thread per worker, no dashboard; ``processes=True`` makes the workers processes, so
+    that what they exchange is pickled. Skips the test when ``distributed`` is missing.
+    """
+    return _local_dask_client
+
+
+@pytest.fixture
+def no_pickle(monkeypatch):
+    """Make every pickle entry point raise while the test runs (the guard of ``save``)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle was used")
+
+    for name in ("dump", "dumps", "load", "loads"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(pickle, "Pickler", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
 
 
 @pytest.fixture(scope="module")

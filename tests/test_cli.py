@@ -48,6 +48,22 @@ def write_split(folder, probs, labels, calibration, evaluation):
     return folder
 
 
+def write_tempered_logits(folder, n_rows, n_classes):
+    """Write halves of seeded logits to ``cal.npz`` / ``eval.npz``; return ``(logits, labels)``.
+
+    The labels are drawn from ``softmax(logits / 3)``: the calibrated temperature is near 3.
+    """
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(n_rows, n_classes)) * 4.0
+    labels = np.array(
+        [rng.choice(n_classes, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))]
+    )
+    half = n_rows // 2
+    np.savez(folder / "cal.npz", logits=logits[:half], labels=labels[:half])
+    np.savez(folder / "eval.npz", logits=logits[half:], labels=labels[half:])
+    return logits, labels
+
+
 def calibrate(capsys, folder, *options):
     """Run ``calibrate`` on the ``cal.npz``/``eval.npz`` pair in ``folder``."""
     return run(capsys, "calibrate", folder / "cal.npz", folder / "eval.npz", *options)
@@ -315,11 +331,7 @@ def test_calibrate_vector_and_matrix(capsys, tmp_path, method, regularisation, l
 
 
 def test_calibrate_uses_logits_when_both_files_hold_them(capsys, tmp_path):
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(600, 4)) * 4.0
-    labels = np.array([rng.choice(4, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))])
-    np.savez(tmp_path / "cal.npz", logits=logits[:300], labels=labels[:300])
-    np.savez(tmp_path / "eval.npz", logits=logits[300:], labels=labels[300:])
+    logits, labels = write_tempered_logits(tmp_path, 600, 4)
     status, out, err = calibrate(capsys, tmp_path, "--format", "csv")
     assert status == 0, err
     temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
@@ -695,11 +707,7 @@ def test_calibrate_with_the_classic_calibrators(capsys, tmp_path, method, name, 
 def test_calibrate_adaptive_is_seeded(capsys, tmp_path):
     from reliacal.calibrators import AdaptiveTS
 
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(400, 3)) * 4.0
-    labels = np.array([rng.choice(3, p=row) for row in np.exp(log_softmax(logits / 3.0, axis=1))])
-    np.savez(tmp_path / "cal.npz", logits=logits[:200], labels=labels[:200])
-    np.savez(tmp_path / "eval.npz", logits=logits[200:], labels=labels[200:])
+    logits, labels = write_tempered_logits(tmp_path, 400, 3)
     out_file = tmp_path / "calibrated.npz"
     status, out, err = calibrate(
         capsys, tmp_path, "--method", "adaptive", "--format", "csv", "--out", out_file

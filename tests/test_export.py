@@ -19,13 +19,9 @@ from scipy.special import softmax
 
 from reliacal.calibrators import (
     AdaptiveTS,
-    AutoCalibrator,
-    BetaCalibration,
-    EnsembleTemperatureScaling,
     HistogramBinning,
     IsotonicCalibration,
     MatrixScaling,
-    PlattScaling,
     TemperatureScaling,
     VectorScaling,
 )
@@ -37,33 +33,9 @@ CALIBRATION = slice(0, 2000)
 EVALUATION = slice(5000, 5300)
 TOLERANCE = 1e-6
 
-CALIBRATORS = {
-    "temperature": lambda: TemperatureScaling(input="probs"),
-    "vector": lambda: VectorScaling(input="probs"),
-    "dirichlet": lambda: MatrixScaling(input="probs", reg_off_diagonal=1.0, reg_bias=1.0),
-    "ets": lambda: EnsembleTemperatureScaling(input="probs"),
-    "adaptive": lambda: AdaptiveTS(
-        input="probs",
-        hidden_layer_sizes=(16,),
-        temperature_hidden_sizes=(8,),
-        max_epochs=2,
-        random_state=0,
-    ),
-    "platt": lambda: PlattScaling(input="probs"),
-    "beta": lambda: BetaCalibration(input="probs"),
-    "isotonic": lambda: IsotonicCalibration(input="probs"),
-    "histogram": lambda: HistogramBinning(input="probs"),
-    "histogram-top-label": lambda: HistogramBinning(input="probs", mode="top-label"),
-    "auto": lambda: AutoCalibrator(
-        input="probs",
-        candidates={"isotonic": IsotonicCalibration(), "temperature": TemperatureScaling()},
-        cv=2,
-    ),
-}
-
 
 @pytest.fixture(scope="module")
-def fitted(load_record):
+def fitted(load_record, post_hoc_calibrator):
     """``fitted(record, name) -> (calibrator, evaluation probabilities)``, each fitted once."""
     cache = {}
 
@@ -76,7 +48,7 @@ def fitted(load_record):
             probs = probs.astype(np.float64)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # convergence of the classic maps
-                calibrator = CALIBRATORS[name]().fit(probs[CALIBRATION], labels[CALIBRATION])
+                calibrator = post_hoc_calibrator(name).fit(probs[CALIBRATION], labels[CALIBRATION])
             cache[record, name] = calibrator, probs[EVALUATION]
         return cache[record, name]
 
@@ -121,15 +93,10 @@ def traced(module: torch.nn.Module, example: torch.Tensor):
         return torch.jit.trace(module, example)
 
 
-@pytest.mark.parametrize(
-    "name",
-    # Dirichlet calibration fits K^2 + K parameters: ~12 s per 100-class record.
-    [
-        pytest.param(name, marks=pytest.mark.slow) if name == "dirichlet" else name
-        for name in CALIBRATORS
-    ],
-)
-def test_module_torchscript_and_onnx_equal_predict_proba(fitted, record_name, name):
+# Dirichlet calibration fits K^2 + K parameters: ~12 s per 100-class record.
+@pytest.mark.slow_post_hoc("dirichlet")
+def test_module_torchscript_and_onnx_equal_predict_proba(fitted, record_name, post_hoc_name):
+    name = post_hoc_name
     calibrator, probs = fitted(record_name, name)
     expected = calibrator.predict_proba(probs)
     module = calibrator.to_torch()

@@ -5,36 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import reliacal.calibrators
 
 
-def _torch_modules_after(script: str) -> list[str]:
-    """Run ``script`` in a fresh interpreter; return the torch modules it loaded."""
-    probe = textwrap.dedent(script) + textwrap.dedent(
-        """
-        import sys
-        print(",".join(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))))
-        """
-    )
-    # The working tree first, so that a test of this checkout imports its own code.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": path},
-    )
-    last_line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    return [name for name in last_line.split(",") if name]
-
-
-def test_fitting_and_pickling_calibrators_on_numpy_logits_leaves_torch_unloaded():
-    loaded = _torch_modules_after(
+def test_fitting_and_pickling_calibrators_on_numpy_logits_leaves_torch_unloaded(
+    torch_modules_after,
+):
+    loaded = torch_modules_after(
         """
         import pickle
         import warnings
@@ -64,8 +42,8 @@ def test_fitting_and_pickling_calibrators_on_numpy_logits_leaves_torch_unloaded(
     assert loaded == []
 
 
-def test_metrics_and_the_package_leave_torch_unloaded():
-    loaded = _torch_modules_after(
+def test_metrics_and_the_package_leave_torch_unloaded(torch_modules_after):
+    loaded = torch_modules_after(
         """
         import numpy as np
         import reliacal

@@ -90,17 +90,12 @@ def test_pipeline_and_clone(calibration_split):
 
 
 @pytest.mark.slow
-def test_dask_backend_gives_the_sequential_result(calibration_split, sequential_search):
-    distributed = pytest.importorskip("dask.distributed")
+def test_dask_backend_gives_the_sequential_result(
+    calibration_split, sequential_search, local_dask_client
+):
     logits, y = calibration_split
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster),
-    ):
-        with joblib.parallel_backend("dask"):
-            distributed_search = _search(n_jobs=-1).fit(logits, y)
+    with local_dask_client(processes=True), joblib.parallel_backend("dask"):
+        distributed_search = _search(n_jobs=-1).fit(logits, y)
     assert distributed_search.best_params_ == sequential_search.best_params_
     np.testing.assert_allclose(
         distributed_search.cv_results_["mean_test_score"],

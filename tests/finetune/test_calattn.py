@@ -21,6 +21,7 @@ from sklearn.model_selection import GridSearchCV
 from timm.models.vision_transformer import VisionTransformer
 from torch.utils.data import DataLoader, TensorDataset
 
+import reliacal
 from reliacal.calibrators import TemperatureScaling
 from reliacal.finetune.calattn import CalAttnFinetuner
 from reliacal.finetune.losses import brier_loss, focal_loss
@@ -436,6 +437,22 @@ def test_pickle_round_trip_predicts_identically_on_cpu():
     restored = pickle.loads(pickle.dumps(model))
     assert all(p.device.type == "cpu" for p in restored.network_.parameters())
     np.testing.assert_array_equal(restored.predict_proba(X), model.predict_proba(X))
+
+
+def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
+    X, y = image_data()
+    model = quick(tiny_vit(), max_epochs=1, post_hoc="temperature").fit(X, y)
+    model.save(tmp_path / "calattn.zip")
+    # Any weights of the same architecture: the fine-tuned ones come from the file.
+    loaded = reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(seed=5))
+    np.testing.assert_array_equal(model.predict_proba(X), loaded.predict_proba(X))
+    np.testing.assert_array_equal(model.predict(X), loaded.predict(X))
+    np.testing.assert_array_equal(model.scale(X), loaded.scale(X))
+    assert loaded.post_hoc_.temperature_ == model.post_hoc_.temperature_
+    with pytest.raises(ValueError, match="does not fit the one rebuilt"):
+        reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(embed_dim=8))
+    with pytest.raises(ValueError, match="saved with a timm"):
+        reliacal.load(tmp_path / "calattn.zip", backbone=torch.nn.Linear(2, 2))
 
 
 @pytest.mark.parametrize(

@@ -24,13 +24,8 @@ N_SAMPLES = sum(ROW_CHUNKS)
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as dask_client,
-    ):
+def client(local_dask_client):
+    with local_dask_client(processes=False) as dask_client:
         yield dask_client
 
 
@@ -169,15 +164,10 @@ def test_importing_the_metrics_does_not_import_dask():
 
 
 @pytest.mark.slow
-def test_states_travel_between_worker_processes(data):
+def test_states_travel_between_worker_processes(data, local_dask_client):
     # Worker processes: the per-partition states are pickled to the client.
     labels, probs = data
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster),
-    ):
+    with local_dask_client(processes=True):
         dask_labels, dask_probs = _dask_arrays(labels, probs)
         report = calibration_report(dask_labels, {"m": dask_probs})
     expected = calibration_report(labels, {"m": probs})

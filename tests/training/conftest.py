@@ -14,6 +14,18 @@ QUICK_SCHEDULE = dict(max_epochs=3, batch_size=16, learning_rate=0.05, warmup_ep
 QUICK_SETUP = dict(validation_fraction=0.25, random_state=0, device="cpu")
 
 
+# Plain SGD: no momentum, decay, clipping or schedule, so that each step is
+# -learning_rate * gradient and a test can replay it by hand.
+PLAIN_SGD = dict(
+    optimizer="sgd",
+    momentum=0.0,
+    nesterov=False,
+    weight_decay=0.0,
+    schedule="constant",
+    grad_clip_norm=None,
+)
+
+
 def _blobs(n=64, seed=0, flip=False):
     generator = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % 2
@@ -38,3 +50,10 @@ def blobs():
 def quick():
     """``quick(**overrides)``: a :class:`TrainingConfig` for the toy problem."""
     return _quick
+
+
+@pytest.fixture(scope="session")
+def plain_sgd():
+    """The :class:`TrainingConfig` settings of plain SGD (a dict): no momentum, weight decay,
+    gradient clipping or schedule, so that a step is ``-learning_rate * gradient``."""
+    return dict(PLAIN_SGD)

@@ -61,7 +61,7 @@ def test_head_learning_rate_must_be_positive(bad):
         TrainingConfig(head_learning_rate=bad)
 
 
-def test_one_sgd_step_moves_each_part_by_its_own_rate():
+def test_one_sgd_step_moves_each_part_by_its_own_rate(quick, plain_sgd):
     # Plain SGD (no momentum, decay or clipping), one full batch, constant rate:
     # every parameter moves by -rate * gradient, the rate being its group's.
     torch.manual_seed(0)
@@ -71,21 +71,13 @@ def test_one_sgd_step_moves_each_part_by_its_own_rate():
     F.cross_entropy(module(x), y).backward()
     gradients = {name: p.grad.clone() for name, p in module.named_parameters()}
     module.zero_grad()
-    config = TrainingConfig(
+    config = quick(
+        **plain_sgd,
         max_epochs=1,
         batch_size=8,
-        optimizer="sgd",
-        momentum=0.0,
-        nesterov=False,
-        weight_decay=0.0,
         learning_rate=0.01,
         head_learning_rate=0.5,
-        schedule="constant",
-        warmup_epochs=0,
-        grad_clip_norm=None,
         validation_fraction=0.0,
-        device="cpu",
-        random_state=0,
     )
     fit_module(module, F.cross_entropy, TensorDataset(x, y), config=config)
     for name, value in module.named_parameters():

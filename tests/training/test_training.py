@@ -167,7 +167,7 @@ def test_no_early_stop_flag_when_max_epochs_reached(blobs, quick):
     assert not result.stopped_early and len(result.history) == 2
 
 
-def test_ema_matches_hand_computed_two_step_average(quick):
+def test_ema_matches_hand_computed_two_step_average(quick, plain_sgd):
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     initial = params_of(model)
@@ -179,18 +179,7 @@ def test_ema_matches_hand_computed_two_step_average(quick):
 
     data = TensorDataset(torch.tensor([[1.0, -2.0], [0.5, 3.0]]), torch.tensor([0, 1]))
     decay, lr = 0.9, 0.5
-    config = quick(
-        max_epochs=1,
-        batch_size=1,
-        optimizer="sgd",
-        momentum=0.0,
-        nesterov=False,
-        weight_decay=0.0,
-        learning_rate=lr,
-        schedule="constant",
-        grad_clip_norm=None,
-        ema_decay=decay,
-    )
+    config = quick(**plain_sgd, max_epochs=1, batch_size=1, learning_rate=lr, ema_decay=decay)
     fit_module(
         model, F.cross_entropy, data, validation_data=data, config=config, train_transform=record
     )
