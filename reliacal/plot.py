@@ -164,8 +164,6 @@ class ReliabilityDisplay:
 
     Examples
     --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
     >>> import numpy as np
     >>> from reliacal.plot import ReliabilityDisplay
     >>> rng = np.random.default_rng(0)
@@ -292,8 +290,6 @@ class ReliabilityDisplay:
 
         Examples
         --------
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
         >>> import numpy as np
         >>> y_prob = np.array([0.1, 0.3, 0.35, 0.8, 0.9, 0.95])
         >>> y_true = np.array([0, 0, 1, 1, 1, 1])
@@ -417,8 +413,6 @@ class ReliabilityDisplay:
 
         Examples
         --------
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
         >>> from sklearn.datasets import make_classification
         >>> from sklearn.linear_model import LogisticRegression
         >>> X, y = make_classification(n_samples=300, n_classes=3, n_informative=4,
@@ -705,8 +699,6 @@ def plot_reliability_diagrams(
 
     Examples
     --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> labels = rng.integers(0, 2, size=400)
