@@ -19,6 +19,7 @@ import pandas as pd
 
 from reliacal.metrics import CalibrationState
 from reliacal.metrics._registry import REPORT_COLUMNS, STREAMABLE
+from reliacal.metrics._report import model_table, per_model
 
 __all__ = ["BLOCK_ROWS", "STREAMABLE_COLUMNS", "metric_states", "report_from_states"]
 
@@ -73,23 +74,21 @@ def metric_states(
     4
     """
     y_true = np.asarray(y_true)
-    states = {}
-    for name, y_prob in predictions.items():
+
+    def state_of(_name: str, y_prob) -> CalibrationState:
         y_prob = np.asarray(y_prob)
         if y_prob.shape[:1] != y_true.shape[:1]:
             raise ValueError(
-                f"model {name!r}: y_true and y_prob have different lengths: "
+                "y_true and y_prob have different lengths: "
                 f"{y_true.shape[0]} labels for {y_prob.shape[0]} rows of probabilities"
             )
         state = CalibrationState(n_bins, labels=labels, keep_confidences=keep_confidences)
-        try:
-            for start in range(0, max(len(y_true), 1), BLOCK_ROWS):
-                stop = start + BLOCK_ROWS
-                state.update(y_true[start:stop], y_prob[start:stop])
-        except ValueError as error:
-            raise ValueError(f"model {name!r}: {error}") from None
-        states[name] = state
-    return states
+        for start in range(0, max(len(y_true), 1), BLOCK_ROWS):
+            stop = start + BLOCK_ROWS
+            state.update(y_true[start:stop], y_prob[start:stop])
+        return state
+
+    return per_model(predictions, state_of)
 
 
 def report_from_states(
@@ -121,7 +120,4 @@ def report_from_states(
     >>> bool(np.allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-12))
     True
     """
-    rows = {name: state.compute(columns) for name, state in states.items()}
-    report = pd.DataFrame.from_dict(rows, orient="index")
-    report.index.name = "model"
-    return report
+    return model_table(per_model(states, lambda _name, state: state.compute(columns)))

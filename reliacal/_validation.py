@@ -25,6 +25,7 @@ __all__ = [
     "check_n_bins",
     "check_classwise_bins",
     "check_option",
+    "check_scores_and_target",
     "to_numpy",
 ]
 
@@ -194,6 +195,39 @@ def check_option(value, name: str, allowed: Sequence[str]) -> str:
         choices = ", ".join(repr(option) for option in allowed)
         raise ValueError(f"{name} must be one of {choices}; got {value!r}")
     return value
+
+
+def check_scores_and_target(scores, target, name: str) -> None:
+    """Check the shapes of a batch: ``scores`` (n, K) with K >= 2, ``target`` (n,).
+
+    Only ``ndim`` and ``shape`` are read, so torch tensors are checked where they
+    are (no copy to the host, no torch import here): the training losses and the
+    torchmetrics metric share this check.
+
+    Parameters
+    ----------
+    scores : array or tensor
+        One row of per-class scores (logits or probabilities) per sample.
+    target : array or tensor
+        One class index per sample.
+    name : str
+        The name of ``scores`` in the error messages.
+
+    Examples
+    --------
+    >>> check_scores_and_target(np.zeros((4, 3)), np.zeros(4), "logits")
+    >>> check_scores_and_target(np.zeros((4, 3)), np.zeros(5), "logits")
+    Traceback (most recent call last):
+    ...
+    ValueError: target must have shape (4,) to match logits, got (5,)
+    """
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        raise ValueError(f"{name} must have shape (n, K) with K >= 2, got {tuple(scores.shape)}")
+    if target.ndim != 1 or target.shape[0] != scores.shape[0]:
+        raise ValueError(
+            f"target must have shape ({scores.shape[0]},) to match {name}, "
+            f"got {tuple(target.shape)}"
+        )
 
 
 def encode_labels(y, classes) -> np.ndarray:

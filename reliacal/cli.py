@@ -21,9 +21,9 @@ import argparse
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -111,40 +111,32 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Measure, plot and fix the calibration of a classifier's probabilities.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in _COMMANDS.items():
+        subparser = commands.add_parser(name, help=command.summary, description=command.description)
+        command.add_options(subparser)
+        subparser.set_defaults(handler=command.handler)
+    return parser
 
-    evaluate = commands.add_parser(
-        "evaluate",
-        help="print the calibration metrics of a prediction file",
-        description="Print the calibration report (ECE, NLL, Brier, ...) of a prediction file.",
-    )
-    evaluate.add_argument("predictions", metavar="PRED", help=_PREDICTION_HELP)
-    evaluate.add_argument("--labels", metavar="FILE", help="file with the true labels")
-    _add_reading_options(evaluate)
-    _add_report_options(evaluate)
-    evaluate.add_argument("--name", default=None, help="model name in the report")
-    evaluate.add_argument(
+
+def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("predictions", metavar="PRED", help=_PREDICTION_HELP)
+    parser.add_argument("--labels", metavar="FILE", help="file with the true labels")
+    _add_reading_options(parser)
+    _add_report_options(parser)
+    parser.add_argument("--name", default=None, help="model name in the report")
+    parser.add_argument(
         "--streamable-only",
         action="store_true",
         help="report only the metrics computed from per-bin sums (constant memory on any "
         "number of rows; no adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or "
         "smooth every confidence)",
     )
-    evaluate.set_defaults(handler=_evaluate)
 
-    calibrate = commands.add_parser(
-        "calibrate",
-        help="fit a post-hoc calibrator on one file, evaluate it on another",
-        description=(
-            "Fit a calibrator on CAL_FILE and report the metrics before and after on "
-            "EVAL_FILE. Probabilities are used as log-probabilities (the logits up to a "
-            "per-row constant, which temperature scaling ignores); files that hold logits "
-            "are used as they are. Without --reg-off-diagonal/--reg-bias, vector and matrix "
-            "scaling choose their regularisation by 3-fold cross-validated NLL."
-        ),
-    )
-    calibrate.add_argument("calibration", metavar="CAL_FILE", help=_PREDICTION_HELP)
-    calibrate.add_argument("evaluation", metavar="EVAL_FILE", help=_PREDICTION_HELP)
-    calibrate.add_argument(
+
+def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("calibration", metavar="CAL_FILE", help=_PREDICTION_HELP)
+    parser.add_argument("evaluation", metavar="EVAL_FILE", help=_PREDICTION_HELP)
+    parser.add_argument(
         "--method",
         choices=_METHODS,
         default="temperature",
@@ -155,7 +147,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "(AutoCalibrator: the best of several by 5-fold cross-validated NLL, the "
         "uncalibrated model unless one beats it)",
     )
-    calibrate.add_argument(
+    parser.add_argument(
         "--reg-off-diagonal",
         type=_non_negative_float,
         default=None,
@@ -163,46 +155,36 @@ def _build_parser() -> argparse.ArgumentParser:
         "--reg-bias, tied, by 3-fold cross-validated NLL among 0.1, 1, 10, 100, 1000; 0 when "
         "only --reg-bias is given)",
     )
-    calibrate.add_argument(
+    parser.add_argument(
         "--reg-bias",
         type=_non_negative_float,
         default=None,
         help="vector, matrix: penalty on the intercepts (default: chosen by 3-fold "
         "cross-validated NLL among 0.1, 1, 10; 0 when only --reg-off-diagonal is given)",
     )
-    calibrate.add_argument("--cal-labels", metavar="FILE", help="labels of CAL_FILE")
-    calibrate.add_argument("--eval-labels", metavar="FILE", help="labels of EVAL_FILE")
-    _add_reading_options(calibrate)
-    _add_report_options(calibrate)
-    calibrate.add_argument(
+    parser.add_argument("--cal-labels", metavar="FILE", help="labels of CAL_FILE")
+    parser.add_argument("--eval-labels", metavar="FILE", help="labels of EVAL_FILE")
+    _add_reading_options(parser)
+    _add_report_options(parser)
+    parser.add_argument(
         "--out",
         metavar="FILE",
         help="write the calibrated probabilities and labels (.npz, .csv or .parquet, by the "
         "extension)",
     )
-    calibrate.add_argument(
+    parser.add_argument(
         "--save-model",
         metavar="FILE",
         help="save the fitted calibrator as a zip archive without pickle, read back by "
         "reliacal.load(FILE) (its input: probabilities, or logits "
         "when both files hold logits)",
     )
-    calibrate.set_defaults(handler=_calibrate)
 
-    demo = commands.add_parser(
-        "demo",
-        help="train a small classifier on the digits and write a calibration report",
-        description=(
-            "Train a tiny Vision Transformer on scikit-learn's digits, calibrate it with "
-            "every registered method and write report.md, report.html, figures and "
-            "predictions."
-        ),
-    )
-    demo.add_argument("--out", default="reliacal-demo", help="output folder")
-    demo.add_argument("--quick", action="store_true", help="few epochs (a smoke test)")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the split and training")
-    demo.set_defaults(handler=_demo)
-    return parser
+
+def _add_demo_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="reliacal-demo", help="output folder")
+    parser.add_argument("--quick", action="store_true", help="few epochs (a smoke test)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split and training")
 
 
 _PREDICTION_HELP = (
@@ -225,6 +207,15 @@ def _add_reading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--logits", action="store_true", help="the predictions are logits (softmax is applied)"
     )
+
+
+def _reading_options(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The options of :func:`_add_reading_options` that every file reader takes as they are."""
+    return {
+        "probs_key": arguments.probs_key,
+        "labels_key": arguments.labels_key,
+        "logits": arguments.logits,
+    }
 
 
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
@@ -290,12 +281,7 @@ def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
     from reliacal.io import load_prediction_file
 
     predictions = load_prediction_file(
-        path,
-        labels_path=labels_path,
-        probs_key=arguments.probs_key,
-        labels_key=arguments.labels_key,
-        logits=arguments.logits,
-        labels=arguments.classes,
+        path, labels_path=labels_path, labels=arguments.classes, **_reading_options(arguments)
     )
     _say(predictions.source)
     return predictions
@@ -351,11 +337,9 @@ def _stream(arguments: argparse.Namespace, name: str) -> dict:
     state, source = stream_parquet(
         arguments.predictions,
         n_bins=arguments.n_bins,
-        probs_key=arguments.probs_key,
-        labels_key=arguments.labels_key,
-        logits=arguments.logits,
         classes=arguments.classes,
         keep_confidences=not arguments.streamable_only,
+        **_reading_options(arguments),
     )
     _say(source)
     return {name: state}
@@ -539,6 +523,43 @@ def _demo(arguments: argparse.Namespace) -> int:
     _say(f"wrote {result.report_path} and {result.html_path}")
     return 0
 
+
+class _Command(NamedTuple):
+    """One subcommand: its help line, its --help description, its options, its handler."""
+
+    summary: str
+    description: str
+    add_options: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+
+
+# The subcommands in the order of `reliacal --help`; each handler returns the exit status.
+_COMMANDS = {
+    "evaluate": _Command(
+        "print the calibration metrics of a prediction file",
+        "Print the calibration report (ECE, NLL, Brier, ...) of a prediction file.",
+        _add_evaluate_options,
+        _evaluate,
+    ),
+    "calibrate": _Command(
+        "fit a post-hoc calibrator on one file, evaluate it on another",
+        "Fit a calibrator on CAL_FILE and report the metrics before and after on "
+        "EVAL_FILE. Probabilities are used as log-probabilities (the logits up to a "
+        "per-row constant, which temperature scaling ignores); files that hold logits "
+        "are used as they are. Without --reg-off-diagonal/--reg-bias, vector and matrix "
+        "scaling choose their regularisation by 3-fold cross-validated NLL.",
+        _add_calibrate_options,
+        _calibrate,
+    ),
+    "demo": _Command(
+        "train a small classifier on the digits and write a calibration report",
+        "Train a tiny Vision Transformer on scikit-learn's digits, calibrate it with "
+        "every registered method and write report.md, report.html, figures and "
+        "predictions.",
+        _add_demo_options,
+        _demo,
+    ),
+}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

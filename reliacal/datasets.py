@@ -128,15 +128,15 @@ def make_tiny_vit(
     >>> model(torch.zeros(2, 1, 16, 16)).shape
     torch.Size([2, 10])
     """
-    import torch
     from timm.models.vision_transformer import VisionTransformer
+
+    from reliacal._torch_estimator import seeded_torch
 
     if image_size % patch_size:
         raise ValueError(
             f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})"
         )
-
-    def build() -> VisionTransformer:
+    with seeded_torch(random_state):
         return VisionTransformer(
             img_size=image_size,
             patch_size=patch_size,
@@ -148,12 +148,6 @@ def make_tiny_vit(
             mlp_ratio=mlp_ratio,
             **kwargs,
         )
-
-    if random_state is None:
-        return build()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(random_state)
-        return build()
 
 
 def make_tiny_bert(

@@ -30,6 +30,7 @@ from reliacal.metrics import (
 )
 from reliacal.metrics._compare import compare
 from reliacal.metrics._modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
+from reliacal.metrics._report import per_model
 from reliacal.metrics._smooth_band import smooth_reliability_band
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
@@ -164,8 +165,6 @@ class ReliabilityDisplay:
 
     Examples
     --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
     >>> import numpy as np
     >>> from reliacal.plot import ReliabilityDisplay
     >>> rng = np.random.default_rng(0)
@@ -292,8 +291,6 @@ class ReliabilityDisplay:
 
         Examples
         --------
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
         >>> import numpy as np
         >>> y_prob = np.array([0.1, 0.3, 0.35, 0.8, 0.9, 0.95])
         >>> y_true = np.array([0, 0, 1, 1, 1, 1])
@@ -417,8 +414,6 @@ class ReliabilityDisplay:
 
         Examples
         --------
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
         >>> from sklearn.datasets import make_classification
         >>> from sklearn.linear_model import LogisticRegression
         >>> X, y = make_classification(n_samples=300, n_classes=3, n_informative=4,
@@ -705,8 +700,6 @@ def plot_reliability_diagrams(
 
     Examples
     --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> labels = rng.integers(0, 2, size=400)
@@ -734,12 +727,10 @@ def plot_reliability_diagrams(
         "confidence_level": confidence_level,
         "kind": kind,
     }
-    displays = {}
-    for name, y_prob in predictions.items():
-        try:
-            displays[name] = ReliabilityDisplay._from_data(y_true, y_prob, name=name, **shared)
-        except ValueError as error:
-            raise ValueError(f"model {name!r}: {error}") from None
+    displays = per_model(
+        predictions,
+        lambda name, y_prob: ReliabilityDisplay._from_data(y_true, y_prob, name=name, **shared),
+    )
     if overlay:
         figure = plt.figure(figsize=(panel_size * 1.4, panel_size * 1.7), layout="constrained")
         grid = figure.add_gridspec(2, 1, height_ratios=(3, 1))

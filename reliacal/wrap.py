@@ -21,6 +21,7 @@ from sklearn.utils.validation import (
 )
 
 from ._validation import encode_labels
+from .calibrators import ClassLabelMixin
 
 __all__ = ["CalibratedClassifier", "classifier_logits"]
 
@@ -99,7 +100,7 @@ def _subset(values, indices):
     return None if values is None else _safe_indexing(values, indices)
 
 
-class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+class CalibratedClassifier(ClassLabelMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     """A classifier calibrated by a reliacal calibrator on its logits.
 
     The classifier's logits are calibrated by ``method``: a scikit-learn
@@ -367,20 +368,6 @@ class CalibratedClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
             proba = calibrator.predict_proba(classifier_logits(estimator, X))
             total = proba if total is None else total + proba
         return total / len(self.calibrated_classifiers_)
-
-    def predict(self, X) -> np.ndarray:
-        """The most probable class of each sample.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self, "calibrated_classifiers_")
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def save(self, path) -> None:
         """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.

@@ -221,6 +221,13 @@ def test_plot_reliability_diagrams_side_by_side_and_overlay(record, tmp_path):
         plot_reliability_diagrams(labels, {})
 
 
+def test_plot_reliability_diagrams_names_the_model_with_bad_probabilities():
+    y_true = np.array([0, 1, 1, 0])
+    good = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]])
+    with pytest.raises(ValueError, match="^model 'bad': rows of y_prob"):
+        plot_reliability_diagrams(y_true, {"good": good, "bad": np.full((4, 2), 0.6)})
+
+
 def test_smooth_curve_is_the_metrics_curve(tmp_path):
     rng = np.random.default_rng(2)
     y_prob = rng.uniform(0.5, 1.0, size=1000)  # nothing below 0.5: no curve far below it

@@ -9,6 +9,7 @@ from reliacal._validation import (
     check_n_bins,
     check_option,
     check_probabilities,
+    check_scores_and_target,
     encode_labels,
 )
 
@@ -159,3 +160,19 @@ def test_check_n_bins_accepts_numpy_integers():
 def test_check_option():
     with pytest.raises(ValueError, match="strategy must be one of"):
         check_option("equal", "strategy", ("uniform", "quantile"))
+
+
+def test_check_scores_and_target_reads_only_shapes():
+    # Tensors on the meta device have shapes and no data: the check never reads values.
+    scores = torch.empty(5, 3, device="meta")
+    check_scores_and_target(scores, torch.empty(5, dtype=torch.long, device="meta"), "logits")
+    with pytest.raises(
+        ValueError, match=r"^logits must have shape \(n, K\) with K >= 2, got \(5,\)$"
+    ):
+        check_scores_and_target(torch.empty(5, device="meta"), torch.empty(5), "logits")
+    with pytest.raises(ValueError, match=r"K >= 2, got \(5, 1\)"):
+        check_scores_and_target(np.zeros((5, 1)), np.zeros(5), "preds")
+    with pytest.raises(
+        ValueError, match=r"^target must have shape \(5,\) to match preds, got \(5, 1\)$"
+    ):
+        check_scores_and_target(scores, torch.empty(5, 1, device="meta"), "preds")

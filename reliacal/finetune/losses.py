@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from reliacal._docstrings import shared_doc
+from reliacal._validation import check_scores_and_target
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -41,16 +42,6 @@ _LOSS_DOCS = {
 }
 
 BASE_LOSSES = ("ce", "label_smoothing", "brier", "focal", "flsd53", "dual_focal", "mmce")
-
-
-def _check_inputs(logits: torch.Tensor, target: torch.Tensor) -> None:
-    if logits.ndim != 2 or logits.shape[1] < 2:
-        raise ValueError(f"logits must have shape (B, K) with K >= 2, got {tuple(logits.shape)}")
-    if target.ndim != 1 or target.shape[0] != logits.shape[0]:
-        raise ValueError(
-            f"target must have shape ({logits.shape[0]},) to match the logits, "
-            f"got {tuple(target.shape)}"
-        )
 
 
 def _check_at_least_zero(name: str, value: float) -> None:
@@ -97,7 +88,7 @@ def cross_entropy_loss(
     >>> round(cross_entropy_loss(logits, torch.tensor([0, 1])).item(), 4)
     0.4100
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     _check_label_smoothing(label_smoothing)
     return F.cross_entropy(_as_float(logits), target.long(), label_smoothing=label_smoothing)
 
@@ -121,7 +112,7 @@ def brier_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     >>> brier_loss(torch.zeros(1, 2), torch.tensor([0])).item()
     0.5
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     probs = torch.softmax(_as_float(logits), dim=1)
     onehot = F.one_hot(target.long(), num_classes=logits.shape[1]).to(probs.dtype)
     return (probs - onehot).pow(2).sum(dim=1).mean()
@@ -147,7 +138,7 @@ def focal_loss(logits: torch.Tensor, target: torch.Tensor, *, gamma: float = 3.0
     >>> round(focal_loss(torch.zeros(1, 2), torch.tensor([1]), gamma=2.0).item(), 6)
     0.173287
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     _check_at_least_zero("gamma", gamma)
     log_p = _target_log_probability(logits, target)
     return -((1.0 - log_p.exp()).pow(gamma) * log_p).mean()
@@ -176,7 +167,7 @@ def flsd53_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     >>> round(flsd53_loss(torch.zeros(1, 10), torch.tensor([3])).item(), 6)
     1.359653
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     log_p = _target_log_probability(logits, target)
     p = log_p.exp()
     gamma = torch.where(p.detach() < 0.2, 5.0, 3.0)
@@ -209,7 +200,7 @@ def dual_focal_loss(
     >>> round(dual_focal_loss(torch.zeros(1, 2), torch.tensor([0]), gamma=2.0).item(), 6)
     0.693147
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     _check_at_least_zero("gamma", gamma)
     log_probs = F.log_softmax(_as_float(logits), dim=1)
     probs = log_probs.exp()
@@ -261,7 +252,7 @@ def mmce_loss(
     >>> round(mmce_loss(torch.zeros(1, 2), torch.tensor([0])).item(), 4)
     1.1931
     """
-    _check_inputs(logits, target)
+    check_scores_and_target(logits, target, "logits")
     _check_at_least_zero("weight", weight)
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be > 0, got {bandwidth!r}")

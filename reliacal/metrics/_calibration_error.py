@@ -172,8 +172,7 @@ def expected_calibration_error(
     norm : {"l1", "l2", "max"}, default="l1"
         How bin gaps are combined.
     {mode_classwise}
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {labels}
 
     Returns
     -------
@@ -241,6 +240,7 @@ def maximum_calibration_error(
 
 
 @accepts_dask("classwise_ece")
+@shared_doc(METRIC_DOCS)
 def classwise_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", norm="l1", labels=None
 ) -> float:
@@ -270,8 +270,7 @@ def classwise_calibration_error(
         Equal-width or equal-mass bins (per class).
     norm : {"l1", "l2", "max"}, default="l1"
         How bin gaps, and then classes, are combined.
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {labels}
 
     Returns
     -------
@@ -327,8 +326,7 @@ def debiased_calibration_error(
     strategy : {"uniform", "quantile"}, default="quantile"
         Equal-width or equal-mass bins.
     {mode_classwise}
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {labels}
 
     Returns
     -------

@@ -50,6 +50,8 @@ METRIC_DOCS = {
     # the same with mode="classwise" allowed
     "binned_classwise_parameters": _PREDICTION_INPUTS + _BINNING + _MODE_CLASSWISE + _LABELS,
     "binning": _BINNING.lstrip("\n"),
+    "mode": _MODE.lstrip("\n"),
+    "labels": _LABELS.lstrip("\n"),
     "mode_classwise": _MODE_CLASSWISE.lstrip("\n"),
     "mode_labels": (_MODE + _LABELS).lstrip("\n"),
     "smooth_ece_references": """\

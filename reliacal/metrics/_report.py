@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,51 @@ from reliacal.metrics._summary import prediction_matrix, summarize
 from reliacal.metrics._sums import MetricSums
 
 COLUMNS = REPORT_COLUMNS
+
+_Result = TypeVar("_Result")
+
+
+def per_model(
+    models: Mapping[str, Any], compute: Callable[[str, Any], _Result]
+) -> dict[str, _Result]:
+    """``{name: compute(name, value)}`` over ``models``, in order; a ``ValueError`` names its model.
+
+    The reports, the command's streaming states and the figures of several
+    models all go through here, so that a bad matrix is reported the same way
+    (``model 'name': ...``) wherever it is found.
+
+    Examples
+    --------
+    >>> per_model({"a": 1, "b": 2}, lambda name, value: f"{name}={value}")
+    {'a': 'a=1', 'b': 'b=2'}
+    >>> per_model({"bad": "x"}, lambda name, value: int(value))
+    Traceback (most recent call last):
+    ...
+    ValueError: model 'bad': invalid literal for int() with base 10: 'x'
+    """
+    results = {}
+    for name, value in models.items():
+        try:
+            results[name] = compute(name, value)
+        except ValueError as error:
+            raise ValueError(f"model {name!r}: {error}") from None
+    return results
+
+
+def model_table(rows: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """The report's frame: one row per model (index ``model``), one column per entry.
+
+    Examples
+    --------
+    >>> model_table({"a": {"ece": 0.1}, "b": {"ece": 0.2}})
+           ece
+    model
+    a      0.1
+    b      0.2
+    """
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "model"
+    return table
 
 
 def _check_bootstrap(bootstrap, confidence_level) -> tuple[int, float]:
@@ -154,23 +200,16 @@ def calibration_report(
             'e.g. {"model": y_prob}'
         )
     rng = np.random.default_rng(random_state)
-    rows = {}
-    for name, y_prob in predictions.items():
-        try:
-            rows[name] = _model_row(
-                y_true,
-                y_prob,
-                n_bins=n_bins,
-                labels=labels,
-                bootstrap=bootstrap,
-                rng=rng,
-                confidence_level=confidence_level,
-            )
-        except ValueError as error:
-            raise ValueError(f"model {name!r}: {error}") from None
-    report = pd.DataFrame.from_dict(rows, orient="index")
-    report.index.name = "model"
-    return report
+    settings = {
+        "n_bins": n_bins,
+        "labels": labels,
+        "bootstrap": bootstrap,
+        "rng": rng,
+        "confidence_level": confidence_level,
+    }
+    return model_table(
+        per_model(predictions, lambda _name, y_prob: _model_row(y_true, y_prob, **settings))
+    )
 
 
 # The column list is written from the metric table, so that it cannot drift from it.

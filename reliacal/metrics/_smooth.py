@@ -182,12 +182,10 @@ def smooth_calibration_error(
     FFT convolutions make it much faster.
 
     {prediction_inputs}
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
+    {mode}
     bandwidth : float, optional
         Use this kernel width instead of the fixed point (relplot's ``smECE_sigma``).
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {labels}
     return_bandwidth : bool, default=False
         Also return the bandwidth used.
 
@@ -253,14 +251,12 @@ def smooth_reliability_curve(
     1 over [0, 1]. The bandwidth is smECE's fixed point unless given.
 
     {prediction_inputs}
-    mode : {"top-label", "positive"}, default="top-label"
-        Which probability is calibrated.
+    {mode}
     bandwidth : float, optional
         Kernel width; default: the smECE fixed point.
     n_points : int, default=200
         Number of evenly spaced grid points in [0, 1].
-    labels : array-like of shape (K,), optional
-        The class of each column of ``y_prob``.
+    {labels}
 
     Returns
     -------

@@ -38,13 +38,16 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess tes
         "pip install torchmetrics, or pip install 'reliacal[torchmetrics]'"
     ) from error
 
-from reliacal._validation import check_n_bins, check_option
+from reliacal._validation import (
+    _row_sum_tolerance,
+    check_n_bins,
+    check_option,
+    check_scores_and_target,
+)
 
 __all__ = ["BinnedCalibrationError"]
 
 NORMS = ("l1", "l2", "max")
-# Row-sum tolerance by input precision, as reliacal's metric functions.
-_ROW_SUM_TOLERANCE = {torch.float64: 1e-4, torch.float32: 1e-3}
 
 
 class BinnedCalibrationError(Metric):
@@ -100,13 +103,7 @@ class BinnedCalibrationError(Metric):
             )
 
     def _check(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        if preds.ndim != 2 or preds.shape[1] < 2:
-            raise ValueError(f"preds must have shape (n, K) with K >= 2, got {tuple(preds.shape)}")
-        if target.ndim != 1 or target.shape[0] != preds.shape[0]:
-            raise ValueError(
-                f"target must have shape ({preds.shape[0]},) to match preds, got "
-                f"{tuple(target.shape)}"
-            )
+        check_scores_and_target(preds, target, "preds")
         if not preds.is_floating_point():
             raise ValueError(f"preds must be floating-point probabilities, got {preds.dtype}")
         if target.is_floating_point() or target.is_complex():
@@ -119,7 +116,8 @@ class BinnedCalibrationError(Metric):
             raise ValueError(
                 "preds has values outside [0, 1]: these look like logits; pass preds.softmax(dim=1)"
             )
-        tolerance = _ROW_SUM_TOLERANCE.get(preds.dtype, 1e-2)
+        # The row-sum tolerance of reliacal's metric functions, by input precision.
+        tolerance = _row_sum_tolerance(preds)
         worst = float((preds.sum(dim=1, dtype=torch.float64) - 1).abs().max())
         if worst > tolerance:
             raise ValueError(
