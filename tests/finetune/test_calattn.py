@@ -6,6 +6,7 @@ worker of the two-process DDP test.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import subprocess
@@ -331,6 +332,29 @@ def test_global_scale_learns_one_scale_shared_by_every_sample():
     np.testing.assert_allclose(model.decision_function(X), logits / scales[0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("initial_scale", [0.25, math.log(2), 3.0])
+def test_initial_scale_sets_where_the_scale_starts(initial_scale):
+    features = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    global_start = quick(calibration_head="global", initial_scale=initial_scale)
+    scale = global_start._build_network(seed=0).scale_head(features)
+    torch.testing.assert_close(scale, torch.full((64,), initial_scale), rtol=1e-6, atol=1e-6)
+    # The per-sample head starts centred on it: the random W2 spreads it a little.
+    head = quick(initial_scale=initial_scale)._build_network(seed=0).scale_head
+    with torch.no_grad():
+        scales = head(features)
+        centre = head.layers[3](head.layers[2].bias)
+    torch.testing.assert_close(centre, torch.tensor([initial_scale]), rtol=1e-6, atol=0)
+    assert abs(scales.mean().item() - initial_scale) < 0.25 * initial_scale
+    assert scales.std().item() > 0
+
+
+def test_default_head_starts_near_ln_2():
+    features = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        scales = quick()._build_network(seed=0).scale_head(features)
+    assert abs(scales.mean().item() - math.log(2)) < 0.1
+
+
 def test_fit_leaves_the_given_backbone_untouched_and_refits_identically():
     vit = tiny_vit()
     before = state_of(vit)
@@ -464,6 +488,8 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         ({"post_hoc": "vector"}, "'post_hoc' parameter .* must be"),
         ({"base_loss": "hinge"}, "'base_loss' parameter .* must be a str among"),
         ({"freeze_backbone": True, "calibration_head": False}, "nothing to train"),
+        ({"initial_scale": 0.0}, "'initial_scale' parameter .* must be"),
+        ({"initial_scale": 0.5, "calibration_head": False}, "fixes the scale to 1"),
         ({"optimizer": "lbfgs"}, "'optimizer' parameter .* must be a str among"),
         ({"train_transform": 3}, "'train_transform' parameter .* must be a callable"),
         ({"verbose": -1}, "'verbose' parameter"),
