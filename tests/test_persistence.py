@@ -297,6 +297,17 @@ def test_module_level_save_writes_a_folder_without_extension(tmp_path):
     assert save(TemperatureScaling(), tmp_path / "forced", archive=True).is_file()
 
 
+@pytest.mark.parametrize(
+    "estimator",
+    [TemperatureScaling, AdaptiveTS, CalibratedClassifier, CalAttnFinetuner, DiffusionReconfigurer],
+    ids=lambda cls: cls.__name__,
+)
+def test_every_estimator_saves_through_the_one_save_method(estimator):
+    from reliacal._persistence._mixin import SaveMixin
+
+    assert estimator.save is SaveMixin.save
+
+
 def test_saving_and_loading_a_numpy_calibrator_leaves_torch_unloaded(tmp_path):
     import os
     import subprocess
