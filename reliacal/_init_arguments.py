@@ -8,28 +8,33 @@ __all__ = ["store_init_arguments"]
 
 
 def store_init_arguments(estimator, arguments: dict) -> None:
-    """Set each parameter of ``estimator`` found in ``arguments`` as an attribute, unchanged.
+    """Set each named parameter of the calling ``__init__`` as an attribute, unchanged.
 
     Called first thing in an ``__init__`` as ``store_init_arguments(self,
-    locals())``. scikit-learn's contract is that ``__init__`` stores every
-    parameter under its own name and does nothing else (``get_params``,
-    ``set_params`` and ``clone`` rely on it, ``check_estimator`` tests it).
-    Which names count is read from the same place ``get_params`` reads them:
-    the (spelled-out) signature of ``type(estimator).__init__``. So ``self``,
-    the ``**kwargs`` dict and the ``__class__`` cell that ``super()`` adds to
-    ``locals()`` are never stored, and a base class's ``__init__`` stores its
-    own parameters by the same call. Values are stored as given: validation
-    belongs in ``fit``.
+    locals())``, in place of one ``self.name = name`` line per parameter.
+    scikit-learn's contract is that ``__init__`` stores every parameter under
+    its own name and does nothing else (``get_params``, ``set_params`` and
+    ``clone`` rely on it, ``check_estimator`` tests it). The names stored are
+    the named parameters of the calling function, read from its code object:
+    ``self``, a ``**kwargs`` dict (passed on to a base ``__init__``, which
+    stores its own the same way), ``*args`` and the ``__class__`` cell that
+    ``super()`` adds to ``locals()`` are not. Values are stored as given:
+    validation belongs in ``fit``.
 
     >>> from sklearn.base import BaseEstimator
     >>> class Scaler(BaseEstimator):
-    ...     def __init__(self, factor=2.0, *, offset=None):
+    ...     def __init__(self, factor=2.0, *, offset=None, **ignored):
     ...         store_init_arguments(self, locals())
-    >>> vars(Scaler(offset=1))
+    >>> vars(Scaler(offset=1, other=3))
     {'factor': 2.0, 'offset': 1}
     """
-    parameters = inspect.signature(type(estimator).__init__).parameters
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    for name, value in arguments.items():
-        if name != "self" and name in parameters and parameters[name].kind in named:
-            setattr(estimator, name, value)
+    frame = inspect.currentframe()
+    try:
+        # CPython always has the caller's frame; its code object lists the parameters
+        # first: positional ones, then keyword-only ones, then *args and **kwargs.
+        code = frame.f_back.f_code
+    finally:
+        del frame  # a frame referencing itself would keep the caller's locals alive
+    for name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+        if name != "self":
+            setattr(estimator, name, arguments[name])

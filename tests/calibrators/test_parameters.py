@@ -84,7 +84,7 @@ def test_explicit_signature_is_left_alone():
     assert list(inspect.signature(Explicit).parameters) == ["scale", "input", "verbose"]
 
 
-def test_store_init_arguments_stores_exactly_the_signature_parameters():
+def test_store_init_arguments_stores_exactly_the_named_parameters():
     class Base(BaseEstimator):
         def __init__(self, *, shared=1):
             store_init_arguments(self, locals())
@@ -100,6 +100,17 @@ def test_store_init_arguments_stores_exactly_the_signature_parameters():
     assert vars(child) == {"own": "b", "other": [1], "shared": 5}
     assert child.get_params() == {"own": "b", "other": [1], "shared": 5}
     assert vars(clone(child)) == vars(child)
+
+
+def test_a_subclass_may_fix_a_parameter_of_its_base():
+    # The base stores the arguments it was called with, whatever the subclass shows.
+    class FixedBias(VectorScaling):
+        def __init__(self, *, max_iter=50, **base_params):
+            super().__init__(reg_bias=0.5, max_iter=max_iter, **base_params)
+
+    model = FixedBias(input="probs")
+    assert (model.reg_bias, model.max_iter, model.tol, model.input) == (0.5, 50, 1e-6, "probs")
+    assert "reg_bias" not in model.get_params()
 
 
 def _public_estimators():
