@@ -10,6 +10,7 @@ by :mod:`reliacal.io`; WordNet glosses (a real text task) by
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "default_digits_training_config",
     "load_digits_images",
     "load_wordnet_glosses",
+    "make_logits",
     "make_tiny_bert",
     "make_tiny_vit",
     "train_calibration_test_split",
@@ -427,3 +429,93 @@ def train_digits_classifier(
     result = fit_module(model, torch.nn.functional.cross_entropy, dataset, config=config)
     model.eval()
     return model, result
+
+
+def make_logits(
+    n_samples: int,
+    n_classes: int,
+    *,
+    scale: float = 3.0,
+    bias: Any = None,
+    random_state: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw toy classifier logits and labels, like scikit-learn's ``make_classification``.
+
+    The labels are uniform over the ``n_classes`` classes; the logits add
+    ``scale`` to the true class's column, then standard normal noise on
+    every column, then ``bias``::
+
+        rng = np.random.default_rng(random_state)
+        y = rng.integers(0, n_classes, size=n_samples)
+        logits = scale * np.eye(n_classes)[y] + rng.normal(size=(n_samples, n_classes)) + bias
+
+    Larger ``scale`` separates the classes more. Multiplying the returned
+    logits by a factor above 1 makes them over-confident (what temperature
+    scaling undoes); a ``bias`` favours some classes (what vector scaling
+    undoes). The examples of the calibrators use it.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows, at least 1.
+    n_classes : int
+        Number of classes ``K``, at least 2.
+    scale : float, default=3.0
+        Added to the logit of each row's true class before the noise; finite.
+    bias : array-like of shape (K,), default=None
+        Added to every row at the end (finite values); ``None`` adds nothing.
+    random_state : int, numpy.random.Generator or None, default=None
+        Seed of :func:`numpy.random.default_rng`.
+
+    Returns
+    -------
+    logits : ndarray of shape (n_samples, K), float64
+    y : ndarray of shape (n_samples,), int64
+        Labels in ``0 .. K - 1``.
+
+    Raises
+    ------
+    ValueError
+        For a non-integer or too small ``n_samples`` or ``n_classes``, a
+        non-finite ``scale``, or a ``bias`` that is not ``K`` finite numbers.
+
+    Examples
+    --------
+    >>> logits, y = make_logits(5, 3, random_state=0)
+    >>> logits.shape, y.shape
+    ((5, 3), (5,))
+    >>> logits.round(2)
+    array([[ 0.1 , -0.54,  3.36],
+           [ 1.3 ,  3.95, -0.7 ],
+           [-1.27,  2.38,  0.04],
+           [ 0.67, -0.22, -1.25],
+           [ 2.27, -0.54, -0.32]])
+    >>> y
+    array([2, 1, 1, 0, 0])
+    >>> make_logits(4, 2, bias=[1.0, 0.0], random_state=0)[0].shape
+    (4, 2)
+    """
+    for name, value, least in (("n_samples", n_samples, 1), ("n_classes", n_classes, 2)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not np.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    if bias is not None:
+        bias = _finite_vector(bias, n_classes, "bias")
+    rng = np.random.default_rng(random_state)
+    y = rng.integers(0, n_classes, size=n_samples)
+    logits = scale * np.eye(n_classes)[y] + rng.normal(size=(n_samples, n_classes))
+    if bias is not None:
+        logits = logits + bias
+    return logits, y
+
+
+def _finite_vector(values: Any, length: int, name: str) -> np.ndarray:
+    """``values`` as a float64 vector of ``length`` finite numbers, or a ValueError naming it."""
+    try:
+        vector = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold {length} finite numbers, got {values!r}") from None
+    if vector.shape != (length,) or not np.all(np.isfinite(vector)):
+        raise ValueError(f"{name} must hold {length} finite numbers, got {values!r}")
+    return vector

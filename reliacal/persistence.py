@@ -20,9 +20,8 @@ Examples
 >>> import tempfile, numpy as np
 >>> import reliacal
 >>> from reliacal.calibrators import TemperatureScaling
->>> rng = np.random.default_rng(0)
->>> y = rng.integers(0, 3, size=200)
->>> logits = 4.0 * (np.eye(3)[y] + rng.normal(size=(200, 3)))
+>>> from reliacal.datasets import make_logits
+>>> logits, y = make_logits(200, 3, random_state=0)
 >>> model = TemperatureScaling().fit(logits, y)
 >>> path = tempfile.mkdtemp() + "/ts.zip"
 >>> model.save(path)

@@ -20,6 +20,8 @@ from sklearn.utils.validation import (
     indexable,
 )
 
+from ._init_arguments import store_init_arguments
+from ._persistence._mixin import SaveMixin
 from ._validation import encode_labels
 from .calibrators import ClassLabelMixin
 
@@ -100,7 +102,9 @@ def _subset(values, indices):
     return None if values is None else _safe_indexing(values, indices)
 
 
-class CalibratedClassifier(ClassLabelMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+class CalibratedClassifier(
+    SaveMixin, ClassLabelMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator
+):
     """A classifier calibrated by a reliacal calibrator on its logits.
 
     The classifier's logits are calibrated by ``method``: a scikit-learn
@@ -208,12 +212,7 @@ class CalibratedClassifier(ClassLabelMixin, MetaEstimatorMixin, ClassifierMixin,
         batch_size=256,
         device="auto",
     ):
-        self.estimator = estimator
-        self.method = method
-        self.cv = cv
-        self.ensemble = ensemble
-        self.batch_size = batch_size
-        self.device = device
+        store_init_arguments(self, locals())
 
     def _prefit(self) -> bool:
         return self.cv == "prefit" or isinstance(self.estimator, FrozenEstimator)
@@ -368,20 +367,6 @@ class CalibratedClassifier(ClassLabelMixin, MetaEstimatorMixin, ClassifierMixin,
             proba = calibrator.predict_proba(classifier_logits(estimator, X))
             total = proba if total is None else total + proba
         return total / len(self.calibrated_classifiers_)
-
-    def save(self, path) -> None:
-        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
-
-        See :func:`reliacal.persistence.save` for the format.
-
-        Parameters
-        ----------
-        path : str or path
-            A folder, or a zip archive when the name has an extension.
-        """
-        from .persistence import save
-
-        save(self, path)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

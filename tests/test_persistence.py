@@ -14,8 +14,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 import reliacal
 from reliacal import CalibratedClassifier
-from reliacal.calibrators import AutoCalibrator, MatrixScaling, TemperatureScaling
-from reliacal.finetune import DiffusionReconfigurer
+from reliacal.calibrators import AdaptiveTS, AutoCalibrator, MatrixScaling, TemperatureScaling
+from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 from reliacal.persistence import FORMAT_VERSION, save
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -220,6 +220,17 @@ def test_module_level_save_writes_a_folder_without_extension(tmp_path):
     path = save(TemperatureScaling(), tmp_path / "plain")
     assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "manifest.json"]
     assert save(TemperatureScaling(), tmp_path / "forced", archive=True).is_file()
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [TemperatureScaling, AdaptiveTS, CalibratedClassifier, CalAttnFinetuner, DiffusionReconfigurer],
+    ids=lambda cls: cls.__name__,
+)
+def test_every_estimator_saves_through_the_one_save_method(estimator):
+    from reliacal._persistence._mixin import SaveMixin
+
+    assert estimator.save is SaveMixin.save
 
 
 def test_saving_and_loading_a_numpy_calibrator_leaves_torch_unloaded(tmp_path, torch_modules_after):

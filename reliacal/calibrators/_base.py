@@ -11,10 +11,11 @@ estimators) reuse it.
 Subclass hooks
 --------------
 A calibrator subclasses ``BaseCalibrator``, lists its own parameters in
-``__init__`` followed by ``**base_params``, which it passes to
-``super().__init__`` (the base parameters ``input``, ``classes``,
-``backbone``, ``batch_size``, ``device``, ``mixed_precision``, ``memory``,
-``verbose``; the subclass's ``__init__`` is given the full signature, which
+``__init__`` followed by ``**base_params``, stores them with
+``store_init_arguments(self, locals())`` (:mod:`reliacal._init_arguments`),
+passes ``base_params`` to ``super().__init__`` (the base parameters
+``input``, ``classes``, ``backbone``, ``batch_size``, ``device``,
+``mixed_precision``, ``memory``, ``verbose``; the subclass's ``__init__`` is given the full signature, which
 scikit-learn's ``get_params`` reads, see :mod:`._parameters`), writes a line
 ``{base_parameters}`` in its docstring's Parameters section for their
 documentation, merges ``BaseCalibrator._parameter_constraints`` into its own,
@@ -77,6 +78,8 @@ from sklearn.utils.validation import (
 )
 
 from .._docstrings import shared_doc
+from .._init_arguments import store_init_arguments
+from .._persistence._mixin import SaveMixin
 from .._validation import (
     DEFAULT_LABEL_KEY,
     check_logits,
@@ -354,7 +357,7 @@ def _on_accelerator(value: Any) -> bool:
     return False
 
 
-class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
     """Base class of the post-hoc calibrators: input modes, labels, persistence.
 
     Not used directly: subclasses implement ``_fit_core`` and
@@ -445,15 +448,7 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         verbose: int = 0,
         label_key: str = DEFAULT_LABEL_KEY,
     ):
-        self.input = input
-        self.classes = classes
-        self.backbone = backbone
-        self.batch_size = batch_size
-        self.device = device
-        self.mixed_precision = mixed_precision
-        self.memory = memory
-        self.verbose = verbose
-        self.label_key = label_key
+        store_init_arguments(self, locals())
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -729,9 +724,8 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         --------
         >>> import numpy as np, torch
         >>> from reliacal.calibrators import IsotonicCalibration
-        >>> rng = np.random.default_rng(0)
-        >>> y = rng.integers(0, 3, size=300)
-        >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(300, 3)))
+        >>> from reliacal.datasets import make_logits
+        >>> logits, y = make_logits(300, 3, random_state=0)
         >>> model = IsotonicCalibration().fit(logits, y)
         >>> module = model.to_torch()  # ready for torch.jit.script or torch.onnx.export
         >>> out = module(torch.as_tensor(logits[:4])).numpy()
@@ -741,34 +735,6 @@ class BaseCalibrator(ClassLabelMixin, ClassifierMixin, BaseEstimator):
         from ..export import calibrator_module
 
         return calibrator_module(self)
-
-    def save(self, path) -> None:
-        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
-
-        See :func:`reliacal.persistence.save` for the format.
-
-        Parameters
-        ----------
-        path : str or path
-            A folder, or a zip archive when the name has an extension.
-
-        Examples
-        --------
-        >>> import tempfile, numpy as np
-        >>> import reliacal
-        >>> from reliacal.calibrators import VectorScaling
-        >>> rng = np.random.default_rng(0)
-        >>> y = rng.integers(0, 3, size=300)
-        >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(300, 3)))
-        >>> model = VectorScaling().fit(logits, y)
-        >>> folder = tempfile.mkdtemp() + "/vector"
-        >>> model.save(folder)
-        >>> bool(np.array_equal(reliacal.load(folder).predict(logits), model.predict(logits)))
-        True
-        """
-        from ..persistence import save
-
-        save(self, path)
 
     def _expected_failed_checks(self) -> dict[str, str]:
         """The ``check_estimator`` checks this estimator fails by design, with reasons.

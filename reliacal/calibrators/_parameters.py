@@ -6,8 +6,7 @@
 calibrator lists only its own parameters and passes the rest on::
 
     def __init__(self, objective="nll", *, tol=1e-6, **base_params):
-        self.objective = objective
-        self.tol = tol
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
 ``BaseCalibrator.__init_subclass__`` then gives that ``__init__`` the full
@@ -19,6 +18,9 @@ class docstring by :data:`BASE_PARAMETERS_DOC` and
 whose base parameters differ (another default, a wider meaning) names them in
 its own signature and docstring; those win over the inherited ones. The
 fine-tuning estimators' base shares its training parameters the same way.
+:func:`reliacal._init_arguments.store_init_arguments` stores a
+constructor's arguments, so that no ``__init__`` repeats ``self.name = name``
+for each of its parameters.
 """
 
 from __future__ import annotations

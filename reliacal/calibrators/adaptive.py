@@ -24,6 +24,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset, Subset
 
 from .._device import resolve_device
+from .._init_arguments import store_init_arguments
 from .._torch_estimator import (
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
@@ -525,9 +526,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     --------
     >>> import numpy as np
     >>> from reliacal.calibrators import AdaptiveTS
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=300)
-    >>> logits = 3.0 * np.eye(3)[y] + rng.normal(size=(300, 3))
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(300, 3, random_state=0)
     >>> model = AdaptiveTS(hidden_layer_sizes=(16,), temperature_hidden_sizes=(8,),
     ...                    latent_dim=2, max_epochs=3, random_state=0).fit(logits, y)
     >>> temperatures = model.temperature(logits)
@@ -592,21 +592,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         batch_size: int = 128,
         **base_params,
     ):
-        self.n_logits = n_logits
-        self.latent_dim = latent_dim
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.temperature_hidden_sizes = temperature_hidden_sizes
-        self.learning_rate = learning_rate
-        self.max_epochs = max_epochs
-        self.weight_decay = weight_decay
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.n_draws = n_draws
-        self.initial_temperature = initial_temperature
-        self.confidence_inputs = confidence_inputs
-        self.n_members = n_members
-        self.loss = loss
-        self.random_state = random_state
+        store_init_arguments(self, locals())
         super().__init__(batch_size=batch_size, **base_params)
 
     # ------------------------------------------------------------ base hooks
@@ -786,9 +772,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         --------
         >>> import numpy as np
         >>> from reliacal.calibrators import AdaptiveTS
-        >>> rng = np.random.default_rng(1)
-        >>> y = rng.integers(0, 2, size=100)
-        >>> logits = np.eye(2)[y] + rng.normal(size=(100, 2))
+        >>> from reliacal.datasets import make_logits
+        >>> logits, y = make_logits(100, 2, scale=1.0, random_state=1)
         >>> model = AdaptiveTS(hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,),
         ...                    max_epochs=2, random_state=0).fit(logits, y)
         >>> bool(np.all(model.temperature(logits) > 0))

@@ -14,6 +14,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import has_fit_parameter
 
+from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator
 
 __all__ = ["AutoCalibrator"]
@@ -183,11 +184,10 @@ class AutoCalibrator(BaseCalibrator):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from reliacal.calibrators import AutoCalibrator, TemperatureScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=600)
-    >>> logits = 5.0 * (np.eye(3)[y] + rng.normal(size=(600, 3)))  # over-confident
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(600, 3, scale=1.0, random_state=0)
+    >>> logits = 5.0 * logits  # five times too sharp: over-confident
     >>> auto = AutoCalibrator(candidates={"temperature": TemperatureScaling()}).fit(logits, y)
     >>> auto.best_name_
     'temperature'
@@ -217,10 +217,7 @@ class AutoCalibrator(BaseCalibrator):
         random_state=0,
         **base_params,
     ):
-        self.candidates = candidates
-        self.cv = cv
-        self.scoring = scoring
-        self.random_state = random_state
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _folds(self, logits, y_index) -> list:

@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator
 from ._classic import OneVsRestCalibrator, one_vs_rest_log_odds
 
@@ -119,8 +120,7 @@ class HistogramBinning(OneVsRestCalibrator):
         mode: str = "classwise",
         **base_params,
     ):
-        self.n_bins = n_bins
-        self.mode = mode
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:

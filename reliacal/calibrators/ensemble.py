@@ -10,6 +10,7 @@ import numpy as np
 from scipy.special import log_softmax, softmax
 from sklearn.utils._param_validation import Interval
 
+from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator
 from ._classic import ClassicCalibrator
 from .temperature import TemperatureScaling
@@ -152,11 +153,10 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from reliacal.calibrators import EnsembleTemperatureScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=500)
-    >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(500, 3)))  # overconfident
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(500, 3, scale=1.0, random_state=0)
+    >>> logits = 3.0 * logits  # three times too sharp: overconfident
     >>> ets = EnsembleTemperatureScaling().fit(logits, y)
     >>> round(ets.temperature_, 3), ets.weights_.round(3)
     (2.723, array([1., 0., 0.]))
@@ -175,8 +175,7 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
         max_iter: int = 100,
         **base_params,
     ):
-        self.tol = tol
-        self.max_iter = max_iter
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _components(self, logits, y_index=None):

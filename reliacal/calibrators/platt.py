@@ -8,6 +8,7 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
+from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator
 from ._classic import OneVsRestCalibrator, fit_logistic_maps
 from ._logistic import fit_logistic
@@ -100,8 +101,7 @@ class PlattScaling(OneVsRestCalibrator):
         max_iter: int = 100,
         **base_params,
     ):
-        self.target_smoothing = target_smoothing
-        self.max_iter = max_iter
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:

@@ -25,6 +25,8 @@ from sklearn.model_selection import GridSearchCV, ParameterGrid
 from sklearn.utils._param_validation import Interval
 from threadpoolctl import threadpool_limits
 
+from .._docstrings import shared_doc
+from .._init_arguments import store_init_arguments
 from ..metrics import nll_scorer
 from ._base import BaseCalibrator, ConvergenceWarning
 
@@ -156,6 +158,22 @@ class _LogitScaling(BaseCalibrator):
         return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
 
 
+#: The docs of what every _LogitScaling subclass shares: the L-BFGS settings and results.
+_LBFGS_DOCS = {
+    "lbfgs_parameters": """\
+max_iter : int, default=1000
+    Maximum L-BFGS iterations.
+tol : float, default=1e-6
+    L-BFGS tolerance on the largest gradient component (``gtol``).""",
+    "lbfgs_attributes": """\
+intercept_ : ndarray of shape (K,)
+    The biases ``b``.
+n_iter_ : int
+    L-BFGS iterations.""",
+}
+
+
+@shared_doc(_LBFGS_DOCS)
 class VectorScaling(_LogitScaling):
     r"""Vector scaling: ``p = softmax(w * z + b)``, one weight and one bias per class.
 
@@ -175,20 +193,14 @@ class VectorScaling(_LogitScaling):
     ----------
     reg_bias : float, default=0.0
         ``mu`` of the ODIR intercept penalty.
-    max_iter : int, default=1000
-        Maximum L-BFGS iterations.
-    tol : float, default=1e-6
-        L-BFGS tolerance on the largest gradient component (``gtol``).
+    {lbfgs_parameters}
     {base_parameters}
 
     Attributes
     ----------
     coef_ : ndarray of shape (K,)
         The weights ``w``.
-    intercept_ : ndarray of shape (K,)
-        The biases ``b``.
-    n_iter_ : int
-        L-BFGS iterations.
+    {lbfgs_attributes}
     {base_attributes}
 
     See Also
@@ -197,11 +209,9 @@ class VectorScaling(_LogitScaling):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from reliacal.calibrators import VectorScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=600)
-    >>> logits = 3.0 * np.eye(3)[y] + rng.normal(size=(600, 3)) + [2.0, 0.0, 0.0]
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(600, 3, bias=[2.0, 0.0, 0.0], random_state=0)
     >>> vs = VectorScaling().fit(logits, y)
     >>> vs.coef_.shape, vs.intercept_.shape
     ((3,), (3,))
@@ -217,9 +227,7 @@ class VectorScaling(_LogitScaling):
         tol: float = 1e-6,
         **base_params,
     ):
-        self.reg_bias = reg_bias
-        self.max_iter = max_iter
-        self.tol = tol
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _coef_shape(self, n_classes):
@@ -269,6 +277,7 @@ def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:
         )
 
 
+@shared_doc(_LBFGS_DOCS)
 class MatrixScaling(_LogitScaling):
     r"""Matrix scaling ``p = softmax(W z + b)``; Dirichlet calibration with ``input="probs"``.
 
@@ -297,10 +306,7 @@ class MatrixScaling(_LogitScaling):
         ``lambda``, the ODIR penalty on the off-diagonal entries of ``W``.
     reg_bias : float, default=0.0
         ``mu``, the ODIR penalty on the intercepts ``b``.
-    max_iter : int, default=1000
-        Maximum L-BFGS iterations.
-    tol : float, default=1e-6
-        L-BFGS tolerance on the largest gradient component (``gtol``).
+    {lbfgs_parameters}
     max_parameters : int, default=10_000_000
         Largest ``K^2 + K`` that ``fit`` accepts (``K <= 3161`` by default);
         more classes raise a ``ValueError`` before anything is allocated. A
@@ -313,10 +319,7 @@ class MatrixScaling(_LogitScaling):
     ----------
     coef_ : ndarray of shape (K, K)
         The matrix ``W`` (calibrated logits are ``z @ coef_.T + intercept_``).
-    intercept_ : ndarray of shape (K,)
-        The biases ``b``.
-    n_iter_ : int
-        L-BFGS iterations.
+    {lbfgs_attributes}
     {base_attributes}
 
     See Also
@@ -325,11 +328,11 @@ class MatrixScaling(_LogitScaling):
 
     Examples
     --------
-    >>> import numpy as np
+    >>> from scipy.special import softmax
     >>> from reliacal.calibrators import MatrixScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=600)
-    >>> probs = np.full((600, 3), 0.2) + 0.4 * np.eye(3)[y]
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(600, 3, random_state=0)
+    >>> probs = softmax(logits, axis=1)  # e.g. a model that outputs probabilities
     >>> dirichlet = MatrixScaling(reg_off_diagonal=1e-2, reg_bias=1e-2, input="probs")
     >>> dirichlet.fit(probs, y).coef_.shape
     (3, 3)
@@ -353,11 +356,7 @@ class MatrixScaling(_LogitScaling):
         max_parameters: int = 10_000_000,
         **base_params,
     ):
-        self.reg_off_diagonal = reg_off_diagonal
-        self.reg_bias = reg_bias
-        self.max_iter = max_iter
-        self.tol = tol
-        self.max_parameters = max_parameters
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _check_fit_inputs(self, features, logits):
@@ -431,11 +430,9 @@ def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=
 
     Examples
     --------
-    >>> import numpy as np
     >>> from reliacal.calibrators.scaling import MatrixScaling, tuned_scaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=300)
-    >>> logits = 3.0 * np.eye(3)[y] + rng.normal(size=(300, 3))
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(300, 3, random_state=0)
     >>> search = tuned_scaling(MatrixScaling()).fit(logits, y)
     >>> sorted(search.best_params_)
     ['reg_bias', 'reg_off_diagonal']

@@ -30,6 +30,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import ThreadpoolController
 
+from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator, ConvergenceWarning
 
 __all__ = ["TemperatureScaling"]
@@ -536,9 +537,9 @@ class TemperatureScaling(BaseCalibrator):
     --------
     >>> import numpy as np
     >>> from reliacal.calibrators import TemperatureScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=500)
-    >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(500, 3)))  # overconfident
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(500, 3, scale=1.0, random_state=0)
+    >>> logits = 3.0 * logits  # three times too sharp: overconfident
     >>> ts = TemperatureScaling().fit(logits, y)
     >>> round(ts.temperature_, 3)
     2.723
@@ -562,9 +563,7 @@ class TemperatureScaling(BaseCalibrator):
         max_iter: int = 100,
         **base_params,
     ):
-        self.objective = objective
-        self.tol = tol
-        self.max_iter = max_iter
+        store_init_arguments(self, locals())
         super().__init__(**base_params)
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:

@@ -93,16 +93,19 @@ class CalibratorModule(nn.Module):
 
     Examples
     --------
+    A calibrator fitted on probabilities gives a module that takes
+    probabilities (float32 here, as a network's softmax outputs them):
+
     >>> import numpy as np, torch
     >>> from reliacal.calibrators import TemperatureScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=200)
-    >>> logits = 4.0 * (np.eye(3)[y] + rng.normal(size=(200, 3)))
-    >>> ts = TemperatureScaling().fit(logits, y)
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(200, 3, random_state=0)
+    >>> probs = torch.softmax(torch.as_tensor(logits, dtype=torch.float32), dim=1)
+    >>> ts = TemperatureScaling(input="probs").fit(probs.numpy(), y)
     >>> module = ts.to_torch()
-    >>> out = module(torch.as_tensor(logits[:5]))
-    >>> bool(np.allclose(out.numpy(), ts.predict_proba(logits[:5]), atol=1e-12))
-    True
+    >>> out = module(probs[:5])
+    >>> out.dtype, bool(np.allclose(out.numpy(), ts.predict_proba(probs[:5].numpy()), atol=1e-6))
+    (torch.float64, True)
     """
 
     def __init__(self, core: nn.Module, *, probabilities: bool, float64_logs: bool = False):

@@ -23,6 +23,8 @@ from torch.utils.data import DataLoader, Dataset
 from reliacal._data import DEFAULT_LABEL_KEY, as_dataset, make_loader, split_batch
 from reliacal._device import resolve_device, to_device
 from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
+from reliacal._init_arguments import store_init_arguments
+from reliacal._persistence._mixin import SaveMixin
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
 from reliacal.calibrators import ClassLabelMixin
 from reliacal.calibrators._parameters import spell_out_init_signature
@@ -46,14 +48,17 @@ _TRAINING_PARAMETERS = (
 BatchForward = Callable[[nn.Module, Any], tuple[torch.Tensor, ...]]
 
 
-class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class FinetuneEstimator(
+    SaveMixin, NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator
+):
     """Base of the fine-tuning estimators (private).
 
     It takes the training parameters whose defaults both estimators share. A
     subclass lists its own parameters (with the training recipe it defaults
     to: ``max_epochs``, ``learning_rate``, ``weight_decay``,
     ``warmup_epochs``, ``selection_metric``) followed by
-    ``**training_params``, which it passes to ``super().__init__``. Its
+    ``**training_params``, stores its own with ``store_init_arguments(self,
+    locals())`` and passes ``training_params`` to ``super().__init__``. Its
     ``__init__`` is then given the full signature, which scikit-learn's
     ``get_params`` reads.
     """
@@ -72,16 +77,7 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         classes: Any = None,
         label_key: str = DEFAULT_LABEL_KEY,
     ) -> None:
-        self.batch_size = batch_size
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.mixed_precision = mixed_precision
-        self.checkpoint_dir = checkpoint_dir
-        self.device = device
-        self.random_state = random_state
-        self.verbose = verbose
-        self.classes = classes
-        self.label_key = label_key
+        store_init_arguments(self, locals())
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -96,20 +92,6 @@ class FinetuneEstimator(NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin,
         "classes": ["array-like", None],
         "label_key": [str],
     }
-
-    def save(self, path) -> None:
-        """Write the estimator to ``path`` without pickle; read it back with :func:`reliacal.load`.
-
-        See :func:`reliacal.persistence.save` for the format.
-
-        Parameters
-        ----------
-        path : str or path
-            A folder, or a zip archive when the name has an extension.
-        """
-        from reliacal.persistence import save
-
-        save(self, path)
 
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
         """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values."""

@@ -23,6 +23,7 @@ from torch.utils.data import Subset
 
 from reliacal._data import as_dataset, check_ordered
 from reliacal._device import resolve_device
+from reliacal._init_arguments import store_init_arguments
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal.backbones import as_backbone
 from reliacal.calibrators import TemperatureScaling
@@ -221,26 +222,7 @@ mixed_precision, checkpoint_dir, device, verbose
         train_transform: Any = None,
         **training_params: Any,
     ) -> None:
-        self.backbone = backbone
-        self.token = token
-        self.hidden = hidden
-        self.base_loss = base_loss
-        self.lambda_brier = lambda_brier
-        self.label_smoothing = label_smoothing
-        self.focal_gamma = focal_gamma
-        self.freeze_backbone = freeze_backbone
-        self.calibration_head = calibration_head
-        self.initial_scale = initial_scale
-        self.post_hoc = post_hoc
-        self.max_epochs = max_epochs
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.head_learning_rate = head_learning_rate
-        self.weight_decay = weight_decay
-        self.warmup_epochs = warmup_epochs
-        self.grad_clip_norm = grad_clip_norm
-        self.selection_metric = selection_metric
-        self.train_transform = train_transform
+        store_init_arguments(self, locals())
         super().__init__(**training_params)
 
     _split_stream = "stratified"

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
+from reliacal._init_arguments import store_init_arguments
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal._training.randomness import split_indices
 from reliacal.backbones import as_backbone
@@ -320,22 +321,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         accuracy_margin: float = 0.02,
         **training_params: Any,
     ):
-        self.backbone = backbone
-        self.depth = depth
-        self.reconfigure = reconfigure
-        self.anchor = anchor
-        self.accuracy_margin = accuracy_margin
-        self.lambda_mean = lambda_mean
-        self.lambda_var = lambda_var
-        self.lambda_ce = lambda_ce
-        self.n_draws = n_draws
-        self.ema_decay = ema_decay
-        self.noise_init = noise_init
-        self.max_epochs = max_epochs
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.warmup_epochs = warmup_epochs
-        self.selection_metric = selection_metric
+        store_init_arguments(self, locals())
         super().__init__(**training_params)
 
     _parameter_constraints: dict = {

@@ -4,8 +4,9 @@ import inspect
 import re
 
 import pytest
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, clone
 
+from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators import (
     AdaptiveTS,
     BaseCalibrator,
@@ -81,3 +82,56 @@ def test_explicit_signature_is_left_alone():
             self.verbose = verbose
 
     assert list(inspect.signature(Explicit).parameters) == ["scale", "input", "verbose"]
+
+
+def test_store_init_arguments_stores_exactly_the_named_parameters():
+    class Base(BaseEstimator):
+        def __init__(self, *, shared=1):
+            store_init_arguments(self, locals())
+
+    class Child(Base):
+        def __init__(self, own="a", *, other=None, shared=1, **rest):
+            unrelated = "not a parameter"  # noqa: F841  (a local is never stored)
+            store_init_arguments(self, locals())
+            super().__init__(shared=shared, **rest)
+
+    child = Child("b", other=[1], shared=5)
+    # No self, no **rest dict, no __class__ cell, no plain local.
+    assert vars(child) == {"own": "b", "other": [1], "shared": 5}
+    assert child.get_params() == {"own": "b", "other": [1], "shared": 5}
+    assert vars(clone(child)) == vars(child)
+
+
+def test_a_subclass_may_fix_a_parameter_of_its_base():
+    # The base stores the arguments it was called with, whatever the subclass shows.
+    class FixedBias(VectorScaling):
+        def __init__(self, *, max_iter=50, **base_params):
+            super().__init__(reg_bias=0.5, max_iter=max_iter, **base_params)
+
+    model = FixedBias(input="probs")
+    assert (model.reg_bias, model.max_iter, model.tol, model.input) == (0.5, 50, 1e-6, "probs")
+    assert "reg_bias" not in model.get_params()
+
+
+def _public_estimators():
+    import reliacal
+    import reliacal.calibrators
+    import reliacal.finetune
+
+    names = [
+        (module, name)
+        for module in (reliacal, reliacal.calibrators, reliacal.finetune)
+        for name in module.__all__
+    ]
+    found = dict.fromkeys(getattr(module, name) for module, name in names)  # once each
+    return [cls for cls in found if isinstance(cls, type) and issubclass(cls, BaseEstimator)]
+
+
+@pytest.mark.parametrize("estimator", _public_estimators(), ids=lambda cls: cls.__name__)
+def test_init_sets_exactly_the_parameters_as_given(estimator):
+    # A distinct sentinel per parameter shows each lands under its own name.
+    values = {name: object() for name in inspect.signature(estimator).parameters}
+    instance = estimator(**values)
+    assert vars(instance).keys() == values.keys()
+    for name, value in values.items():
+        assert getattr(instance, name) is value, name
