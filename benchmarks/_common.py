@@ -39,6 +39,17 @@ INTERPRETER = ".venv/bin/python"
 # Header ----------------------------------------------------------------------------------
 
 
+# Python source for a measured child process: ``peak_bytes()``, the peak resident set of
+# its own process image (Linux VmHWM, KiB in /proc). Not getrusage's ru_maxrss: a child
+# started by subprocess (vfork + exec) inherits its parent's peak in that field.
+PEAK_BYTES_SOURCE = """
+def peak_bytes():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1]) * 1024
+"""
+
+
 def command_line(script: str, argv: Sequence[str] | None = None) -> str:
     """The command that reruns ``script`` with ``argv`` (default: this process's
     arguments) from the repository root, quoted for a POSIX shell."""

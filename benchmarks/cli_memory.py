@@ -26,23 +26,23 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import PEAK_BYTES_SOURCE
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Runs in the measured process: imports first (they are not the command's data), then
 # the command with stdout discarded.
-_CHILD = """
+_CHILD = (
+    PEAK_BYTES_SOURCE
+    + """
 import contextlib, io, sys
 import pandas, scipy.special, reliacal.cli, reliacal.metrics
-def peak_bytes():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM:'):
-            return int(line.split()[1]) * 1024
 before = peak_bytes()
 with contextlib.redirect_stdout(io.StringIO()):
     status = reliacal.cli.main(['evaluate', sys.argv[1], '--format', 'csv'])
 print(status, before, peak_bytes())
 """
+)
 
 
 def write_file(path: Path, n: int, k: int, seed: int = 0) -> None:

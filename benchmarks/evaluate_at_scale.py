@@ -35,24 +35,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import add_output_argument, header, load_average, write_results
+from _common import (
+    PEAK_BYTES_SOURCE,
+    add_output_argument,
+    header,
+    load_average,
+    write_results,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The peak resident set of this process image in bytes (Linux reports KiB). Not
-# getrusage's ru_maxrss: subprocess starts children by vfork + exec, and Linux carries
-# the parent's peak into the child's ru_maxrss, which floored every row at the peak of
-# the process that wrote the file.
-_PEAK = """
-def peak_bytes():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM:'):
-            return int(line.split()[1]) * 1024
-"""
-
 # reliacal's command on the file (or its first ROWS rows, copied to a smaller file first).
 _CLI_CHILD = (
-    _PEAK
+    PEAK_BYTES_SOURCE
     + """
 import contextlib, io, json, sys, time
 import pandas, pyarrow.parquet, reliacal.cli, reliacal.metrics, reliacal._parquet_stream
@@ -70,7 +65,7 @@ print(json.dumps({'status': status, 'imports': before, 'peak': peak_bytes(),
 
 # A torchmetrics Metric fed the file's first ROWS rows in batches, as a training loop would.
 _METRIC_CHILD = (
-    _PEAK
+    PEAK_BYTES_SOURCE
     + """
 import json, sys, time
 import numpy as np, pyarrow.parquet as pq, torch

@@ -770,14 +770,14 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
 
         Examples
         --------
-        >>> import numpy as np
         >>> from reliacal.calibrators import AdaptiveTS
         >>> from reliacal.datasets import make_logits
         >>> logits, y = make_logits(100, 2, scale=1.0, random_state=1)
         >>> model = AdaptiveTS(hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,),
         ...                    max_epochs=2, random_state=0).fit(logits, y)
-        >>> bool(np.all(model.temperature(logits) > 0))
-        True
+        >>> temperatures = model.temperature(logits)
+        >>> temperatures.shape, bool((temperatures > 0).all())
+        ((100,), True)
         """
         features, logits, _ = self._transform_inputs(X)
         _, temperatures = self._predict_batches(features, logits)

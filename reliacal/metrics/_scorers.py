@@ -32,13 +32,15 @@ class CalibrationScorer:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from sklearn.linear_model import LogisticRegression
-    >>> X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])
-    >>> model = LogisticRegression().fit(X, y)
+    A calibrator scored on held-out logits, as ``GridSearchCV`` would:
+
+    >>> from reliacal.calibrators import TemperatureScaling
+    >>> from reliacal.datasets import make_logits
+    >>> logits, y = make_logits(400, 3, random_state=0)
     >>> ece_scorer
     make_calibration_scorer(expected_calibration_error, greater_is_better=False)
-    >>> bool(ece_scorer(model, X, y) <= 0)
+    >>> calibrator = TemperatureScaling().fit(logits[:200], y[:200])
+    >>> bool(ece_scorer(calibrator, logits[200:], y[200:]) <= 0)
     True
     """
 
