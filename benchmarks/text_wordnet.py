@@ -668,7 +668,7 @@ def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log) -> dict:
         f"{len(data['test'])} test / {len(data['ood'])} OOD glosses; train length median "
         f"{np.median(data['lengths']):.0f} word pieces ({time.perf_counter() - start_seed:.0f} s)"
     )
-    result = {"seed": seed, "rows": [], "stage_seconds": {}}
+    result = {"seed": seed, "rows": [], "stage_seconds": {}, "stage_threads": {}}
     for stage in stages:
         stage_start = time.perf_counter()
         rows = STAGES[stage](data, budget, seed, log)
@@ -676,6 +676,7 @@ def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log) -> dict:
             row["stage"] = stage
         result["rows"] += rows
         result["stage_seconds"][stage] = time.perf_counter() - stage_start
+        result["stage_threads"][stage] = torch.get_num_threads()
         log(f"  stage {stage}: {result['stage_seconds'][stage] / 60:.1f} min")
     result.update(
         budget=asdict(budget),
@@ -683,7 +684,6 @@ def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log) -> dict:
         unk_fraction=UNK_FRACTION,
         seconds=sum(result["stage_seconds"].values()),
         load_average=os.getloadavg(),
-        threads=torch.get_num_threads(),
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
     )
     return result
@@ -874,9 +874,14 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
     for run in runs:
         load = ", ".join(f"{value:.1f}" for value in run["load_average"])
         stages = ", ".join(f"{name} {sec / 60:.1f}" for name, sec in run["stage_seconds"].items())
+        threads = run["stage_threads"]
+        if len(set(threads.values())) == 1:
+            threads = f"{next(iter(threads.values()))} threads"
+        else:  # stages rerun later with another thread count
+            threads = "threads " + ", ".join(f"{name} {n}" for name, n in threads.items())
         lines.append(
             f"- seed {run['seed']}: {run['seconds'] / 60:.1f} min ({stages}), load {load}, "
-            f"{run['threads']} threads, {run['machine']}"
+            f"{threads}, {run['machine']}"
         )
     return "\n".join(lines) + "\n"
 
@@ -903,9 +908,11 @@ def keep_other_stages(result: dict, stored: dict, stages) -> dict:
     rows = [row for row in stored["rows"] if row["stage"] not in stages]
     rows += [row for row in result["rows"] if row["stage"] in stages]
     rows.sort(key=lambda row: order.index(row["stage"]))
-    seconds = {k: v for k, v in stored["stage_seconds"].items() if k not in stages}
-    seconds.update({k: v for k, v in result["stage_seconds"].items() if k in stages})
-    return {**result, "rows": rows, "stage_seconds": seconds, "seconds": sum(seconds.values())}
+    merged = {}
+    for key in ("stage_seconds", "stage_threads"):
+        merged[key] = {k: v for k, v in stored[key].items() if k not in stages}
+        merged[key].update({k: v for k, v in result[key].items() if k in stages})
+    return {**result, "rows": rows, **merged, "seconds": sum(merged["stage_seconds"].values())}
 
 
 def seed_path(seed: int, quick: bool, seed_dir: Path = SEED_DIR) -> Path:
