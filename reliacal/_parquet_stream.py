@@ -171,44 +171,46 @@ def stream_parquet(
 
     path = Path(path)
     files = parquet_files(path)
-    # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file in
-    # pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of at most
-    # 1 MiB keep it to about one row group's columns.
-    handles = [pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) for file in files]
-    names = handles[0].schema_arrow.names
-    for file, handle in zip(files[1:], handles[1:], strict=True):
-        if handle.schema_arrow.names != names:
+    # Schemas and row counts from the footers alone: one file open at a time, since a
+    # Spark or Dask folder can hold more parts than the process may open at once.
+    names = pq.read_schema(files[0]).names
+    for file in files[1:]:
+        if pq.read_schema(file).names != names:
             raise ValueError(
                 f"{file.name} has other columns than {files[0].name}: every file of "
                 f"{path.name} must have the same columns"
             )
-    total = sum(handle.metadata.num_rows for handle in handles)
+    total = sum(pq.read_metadata(file).num_rows for file in files)
     if total == 0:
         raise ValueError(f"{path.name} has no rows")
     columns = None
     state = None
     with _progress_bar(total, path.name, progress) as bar:
-        for file, handle in zip(files, handles, strict=True):
-            for batch in handle.iter_batches(batch_size=batch_rows):
-                frame = batch.to_pandas()
-                if columns is None:
-                    columns = _columns(file, frame, probs_key, labels_key, classes)
-                    state = CalibrationState(
-                        n_bins, labels=columns.classes, keep_confidences=keep_confidences
-                    )
-                values = frame[columns.value_columns].to_numpy(dtype=np.float64)
-                if len(columns.value_columns) == 1:
-                    values = values[:, 0]
-                labels = frame[columns.label_column].to_numpy()
-                del frame
-                try:
-                    if logits:
-                        values = softmax(check_logits(values, name="logits"))
-                    state.update(labels, values)
-                except ValueError as error:
-                    message = _explain(error, values, columns, logits)
-                    raise ValueError(f"{file.name}: {message}") from None
-                bar.update(batch.num_rows)
+        for file in files:
+            # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
+            # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
+            # at most 1 MiB keep it to about one row group's columns.
+            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
+                for batch in handle.iter_batches(batch_size=batch_rows):
+                    frame = batch.to_pandas()
+                    if columns is None:
+                        columns = _columns(file, frame, probs_key, labels_key, classes)
+                        state = CalibrationState(
+                            n_bins, labels=columns.classes, keep_confidences=keep_confidences
+                        )
+                    values = frame[columns.value_columns].to_numpy(dtype=np.float64)
+                    if len(columns.value_columns) == 1:
+                        values = values[:, 0]
+                    labels = frame[columns.label_column].to_numpy()
+                    del frame
+                    try:
+                        if logits:
+                            values = softmax(check_logits(values, name="logits"))
+                        state.update(labels, values)
+                    except ValueError as error:
+                        message = _explain(error, values, columns, logits)
+                        raise ValueError(f"{file.name}: {message}") from None
+                    bar.update(batch.num_rows)
     kind = "logits" if logits else "probabilities"
     source = f"{path.name}: {kind} from {columns.description}"
     source += " (softmax applied)" if logits else ""

@@ -97,6 +97,33 @@ def test_logits_and_numbered_columns_out_of_order(capsys, tmp_path):
     np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_a_folder_is_read_one_file_open_at_a_time(monkeypatch, tmp_path):
+    # A Spark or Dask folder can hold more parts than the process may open at once.
+    labels, probs = _data(600, seed=5)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for part in range(30):
+        rows = slice(20 * part, 20 * (part + 1))
+        _write(folder / f"part-{part:03d}.parquet", labels[rows], probs[rows])
+    open_now, most_open = [0], [0]
+
+    class CountingParquetFile(pq.ParquetFile):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            open_now[0] += 1
+            most_open[0] = max(most_open[0], open_now[0])
+
+        def close(self, *args, **kwargs):
+            if not self.closed:
+                open_now[0] -= 1
+            super().close(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", CountingParquetFile)
+    state, _ = stream_parquet(folder, batch_rows=50)
+    assert state.n_samples == 600
+    assert most_open[0] == 1 and open_now[0] == 0
+
+
 def test_progress_bar_counts_the_rows(tmp_path):
     labels, probs = _data(900, seed=4)
     path = _write(tmp_path / "preds.parquet", labels, probs)
