@@ -503,12 +503,13 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         return np.log(np.maximum(probabilities, tiny))
 
     def _logits_mode_inputs(self, X: Any, reset: bool):
-        values = to_numpy(X, "X") if _is_torch_object(X) else X
+        from_torch = _is_torch_object(X)
+        values = to_numpy(X, "X") if from_torch else X
         fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
         if np.ndim(values) == 1 and not fitted_on_columns:
             return self._split_columns(self._binary_scores_to_columns(values, reset))
-        if _is_torch_object(X):
-            X = check_logits(X)
+        if from_torch:  # the tensor is already on the host: check the copy, not a second one
+            X = check_logits(values)
         # sklearn's conventions first (feature names, n_features_in_, sparse and complex
         # input, and the "Reshape your data" hint for 1-D input to a calibrator fitted on
         # columns), then the logit checks.
