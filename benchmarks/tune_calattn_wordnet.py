@@ -69,11 +69,11 @@ from text_wordnet import (
     MAX_LENGTH,
     Budget,
     Glosses,
+    loader,
     minilm_folder,
     pretrained_minilm,
     stratified_split,
 )
-from torch.utils.data import DataLoader
 
 from reliacal.datasets import load_wordnet_glosses
 from reliacal.finetune import CalAttnFinetuner
@@ -155,11 +155,6 @@ def build_data(budget: TuningBudget, exclude_seeds, wordnet_dir) -> dict:
     data["collate"] = transformers.DataCollatorWithPadding(tokenizer)
     data["n_classes"] = len(nouns.target_names)
     return data
-
-
-def loader(data: dict, part: str, batch_size: int) -> DataLoader:
-    # Never shuffled: the estimators return rows in this order.
-    return DataLoader(data[part], batch_size=batch_size, collate_fn=data["collate"])
 
 
 # Points ----------------------------------------------------------------------------------------

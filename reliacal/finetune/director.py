@@ -102,7 +102,8 @@ class _DirectorLoss:
             if f"{phase}_noise_matching" in means:
                 means[f"{phase}_sigma"] = means[f"{phase}_noise_matching"] ** 0.5
         if self.step_sigmas:
-            means["train_sigma_steps"] = [float(v) for v in torch.stack(self.step_sigmas)]
+            # One device-to-host copy, not one sync per step.
+            means["train_sigma_steps"] = torch.stack(self.step_sigmas).tolist()
         self.reset()
         return means
 
