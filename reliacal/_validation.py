@@ -9,6 +9,7 @@ names the offending row runs only once something is known to be wrong.
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,6 +42,16 @@ _SOFTMAX_HINT = "convert logits to probabilities with reliacal.metrics.softmax(l
 # a MemoryError or the kernel's OOM killer.
 MAX_N_BINS = 10**6
 MAX_CLASSWISE_CELLS = 10**7
+
+
+def is_torch_module(value: object) -> bool:
+    """Whether ``value`` is a ``torch.nn.Module``, without importing torch.
+
+    A module can exist only once torch has been imported, so a numpy-only
+    process never pays torch's import for this check.
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
 
 
 def to_numpy(values, name: str) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import sys
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
@@ -22,7 +21,7 @@ from sklearn.utils.validation import (
 
 from ._init_arguments import store_init_arguments
 from ._persistence._mixin import SaveMixin
-from ._validation import encode_labels
+from ._validation import encode_labels, is_torch_module
 from .calibrators import ClassLabelMixin
 
 __all__ = ["CalibratedClassifier", "classifier_logits"]
@@ -75,12 +74,6 @@ def classifier_logits(estimator, X) -> np.ndarray:
         f"{type(estimator).__name__} has neither decision_function nor predict_proba: "
         "its logits cannot be read"
     )
-
-
-def _is_torch_model(estimator) -> bool:
-    # Never imports torch: a torch module exists only once torch has been imported.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(estimator, torch.nn.Module)
 
 
 def _calibrator(method):
@@ -279,7 +272,7 @@ class CalibratedClassifier(
         self
         """
         self._validate_params()
-        if _is_torch_model(self.estimator):
+        if is_torch_module(self.estimator):
             self.calibrated_classifiers_ = self._fit_torch(X, y, sample_weight)
             return self
         if y is None:
@@ -355,7 +348,7 @@ class CalibratedClassifier(
             Column ``j`` is the probability of ``classes_[j]``.
         """
         check_is_fitted(self, "calibrated_classifiers_")
-        if _is_torch_model(self.estimator):
+        if is_torch_module(self.estimator):
             from ._data import check_ordered
 
             # Rows come back in the loader's order: it must be one the caller knows.
@@ -370,7 +363,7 @@ class CalibratedClassifier(
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        if _is_torch_model(self.estimator):
+        if is_torch_module(self.estimator):
             return tags
         # Sparse input is fine exactly when the wrapped classifier takes it.
         tags.input_tags.sparse = get_tags(self.estimator).input_tags.sparse

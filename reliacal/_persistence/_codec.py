@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import is_torch_module
+
 __all__ = ["Decoder", "Encoder", "class_path", "resolve_class"]
 
 _FLOAT_NAMES = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -41,17 +43,6 @@ def resolve_class(path: str, *, base: type | None = None) -> type:
     if not isinstance(cls, type) or (base is not None and not issubclass(cls, base)):
         raise ValueError(f"the saved model names {path!r}, which is not a {base.__name__}")
     return cls
-
-
-def _is_torch(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] == "torch" or _is_module(value)
-
-
-def _is_module(value: Any) -> bool:
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.nn.Module)
 
 
 def _backbone_summary(backbone: Any) -> dict:
@@ -163,11 +154,11 @@ class Encoder:
             }
         if type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas"):
             return self._data_frame(value, where)
-        if _is_module(value):
+        if is_torch_module(value):
             from ._networks import encode_network
 
             return encode_network(self, value, where)
-        if _is_torch(value) and type(value).__name__ == "Tensor":
+        if type(value).__module__.split(".")[0] == "torch" and type(value).__name__ == "Tensor":
             return self.tensor(value)
         if hasattr(value, "get_params"):
             return self.estimator(value, where)
@@ -272,7 +263,7 @@ class Decoder:
 
     def model(self) -> Any:
         """The backbone given to load: the object, or what the factory returns."""
-        if callable(self.backbone) and not _is_module(self.backbone):
+        if callable(self.backbone) and not is_torch_module(self.backbone):
             self.backbone = self.backbone()
         return self.backbone
 
