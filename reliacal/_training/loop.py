@@ -58,7 +58,7 @@ from reliacal._training.checkpoint import (
 from reliacal._training.evaluation import as_input, batch_length, evaluate
 from reliacal._training.guard import LastGoodWeights
 from reliacal._training.optim import Precision, make_optimizer, make_scheduler
-from reliacal._training.randomness import broadcast_seed, split_indices
+from reliacal._training.randomness import broadcast_seed, seed_streams, split_indices
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 from reliacal._training.selection import improves, warn_if_never_above_chance
 from reliacal._training.state import (
@@ -102,11 +102,7 @@ class Run:
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
-        # Three independent streams from one seed: changing how one is used (say, the
-        # shuffling) leaves the others, and so the split, as they were.
-        split_seed, self.shuffle_seed, host_seed = np.random.SeedSequence(self.seed).generate_state(
-            3
-        )
+        split_seed, self.shuffle_seed, host_seed = seed_streams(self.seed)
 
         if validation_data is None and config.validation_fraction > 0:
             train_rows, validation_rows = split_indices(

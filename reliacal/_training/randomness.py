@@ -90,6 +90,21 @@ def _stratified(n: int, n_validation: int, labels: np.ndarray | None, seed: int 
     return np.sort(train), np.sort(validation)
 
 
+def seed_streams(seed: int) -> tuple[int, int, int]:
+    """The split, shuffling and host seeds that a training run derives from its seed.
+
+    Three independent streams from one seed: changing how one is used (say,
+    the shuffling) leaves the others, and so the split, as they were. The
+    training loop and an estimator that makes the loop's split ahead of it
+    (DIRECTOR scores its teacher on those rows) both read them here.
+
+    >>> seed_streams(0) == seed_streams(0)
+    True
+    """
+    split_seed, shuffle_seed, host_seed = np.random.SeedSequence(seed).generate_state(3)
+    return int(split_seed), int(shuffle_seed), int(host_seed)
+
+
 def broadcast_seed(seed: int, device: torch.device | None = None) -> int:
     """Rank 0's ``seed`` on every process under ``torch.distributed``; ``seed`` otherwise.
 

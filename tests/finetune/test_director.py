@@ -631,6 +631,35 @@ def test_no_warning_and_equal_accuracies_when_the_student_is_the_teacher(digits,
     )
 
 
+def test_an_unseeded_refit_in_the_same_checkpoint_dir_holds_out_the_same_rows(
+    digits, trained_teacher, tmp_path, monkeypatch
+):
+    # DIRECTOR makes the loop's validation split itself (to score the teacher on it): an
+    # unseeded fit must settle its seed as the loop does, kept in checkpoint_dir, or a
+    # resumed fit would hold out other rows than the ones the checkpoint trained beside.
+    X, y = digits
+    held_out = []
+    split = DiffusionReconfigurer._validation_split
+
+    def spy(self, dataset, seed):
+        train_part, validation = split(self, dataset, seed)
+        held_out.append(list(validation.indices))
+        return train_part, validation
+
+    monkeypatch.setattr(DiffusionReconfigurer, "_validation_split", spy)
+    for torch_seed in (1, 2):
+        torch.manual_seed(torch_seed)
+        DiffusionReconfigurer(
+            trained_teacher,
+            max_epochs=1,
+            validation_fraction=0.25,
+            checkpoint_dir=str(tmp_path / "run"),
+            device="cpu",
+            random_state=None,
+        ).fit(X[:64], y[:64])
+    assert held_out[0] == held_out[1]
+
+
 def test_no_validation_rows_means_no_comparison(digits, trained_teacher):
     X, y = digits
     estimator = DiffusionReconfigurer(
