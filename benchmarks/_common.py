@@ -50,6 +50,19 @@ def peak_bytes():
 """
 
 
+def draw_row_group(rng: np.random.Generator, size: int, n_classes: int):
+    """``size`` rows of Dirichlet(0.3) float32 probabilities and labels drawn from them.
+
+    The synthetic predictions of the memory benchmarks (``cli_memory.py``,
+    ``evaluate_at_scale.py`` and its oracle), drawn block by block.
+    """
+    probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
+    probs /= probs.sum(axis=1, keepdims=True)
+    draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
+    labels = np.minimum(draws.sum(axis=1), n_classes - 1)
+    return probs, labels
+
+
 def command_line(script: str, argv: Sequence[str] | None = None) -> str:
     """The command that reruns ``script`` with ``argv`` (default: this process's
     arguments) from the repository root, quoted for a POSIX shell."""

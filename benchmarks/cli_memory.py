@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import PEAK_BYTES_SOURCE
+from _common import PEAK_BYTES_SOURCE, draw_row_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,11 +52,9 @@ def write_file(path: Path, n: int, k: int, seed: int = 0) -> None:
     labels = np.empty(n, dtype=np.int64)
     block = 1_000_000
     for start in range(0, n, block):
-        part = rng.dirichlet(np.full(k, 0.3), size=min(block, n - start)).astype(np.float32)
-        part /= part.sum(axis=1, keepdims=True)
+        part, part_labels = draw_row_group(rng, min(block, n - start), k)
         probs[start : start + len(part)] = part
-        draws = rng.random(len(part))[:, None] > np.cumsum(part, axis=1)
-        labels[start : start + len(part)] = np.minimum(draws.sum(axis=1), k - 1)
+        labels[start : start + len(part)] = part_labels
     np.savez(path, probs=probs, labels=labels)
 
 

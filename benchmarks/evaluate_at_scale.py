@@ -38,6 +38,7 @@ import numpy as np
 from _common import (
     PEAK_BYTES_SOURCE,
     add_output_argument,
+    draw_row_group,
     header,
     load_average,
     write_results,
@@ -95,15 +96,6 @@ print(json.dumps({'imports': before, 'peak': peak_bytes(),
                   'seconds': time.perf_counter() - started, 'values': {'ece': value}}))
 """
 )
-
-
-def draw_row_group(rng: np.random.Generator, size: int, n_classes: int):
-    """``size`` rows of Dirichlet(0.3) float32 probabilities and labels drawn from them."""
-    probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
-    probs /= probs.sum(axis=1, keepdims=True)
-    draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
-    labels = np.minimum(draws.sum(axis=1), n_classes - 1)
-    return probs, labels
 
 
 def write_parquet(path: Path, rows: int, n_classes: int, row_group_rows: int, seed: int = 0):

@@ -1,10 +1,11 @@
 """An independent check of the ECE in ``results/evaluate_at_scale.md``.
 
 Regenerates the benchmark's rows in memory (the same generator, seed and row
-groups as ``evaluate_at_scale.write_parquet``, without a file) and computes the
-top-label ECE with 15 equal-width bins from per-bin float64 sums in NumPy
-alone: no reliacal, no torchmetrics. Interior bin edges go to the lower bin;
-with float32 confidences a row on an edge is rare enough not to show in the
+groups as ``evaluate_at_scale.write_parquet``, through
+``_common.draw_row_group``, without a file) and computes the top-label ECE
+with 15 equal-width bins from per-bin float64 sums in NumPy alone: no
+reliacal, no torchmetrics. Interior bin edges go to the lower bin; with
+float32 confidences a row on an edge is rare enough not to show in the
 printed digits.
 
     .venv/bin/python benchmarks/evaluate_at_scale_oracle.py --rows 100000000
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from evaluate_at_scale import draw_row_group
+from _common import draw_row_group
 
 
 def oracle_ece(rows: int, n_classes: int, row_group_rows: int, n_bins: int = 15) -> float:
