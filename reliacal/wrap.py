@@ -21,7 +21,7 @@ from sklearn.utils.validation import (
 
 from ._init_arguments import store_init_arguments
 from ._persistence._mixin import SaveMixin
-from ._validation import encode_labels, is_torch_module
+from ._validation import is_torch_module
 from .calibrators import ClassLabelMixin
 
 __all__ = ["CalibratedClassifier", "classifier_logits"]
@@ -241,7 +241,7 @@ class CalibratedClassifier(
         # The logit columns are the classes: labels are their indices, as for the calibrators.
         self.classes_ = np.arange(logits.shape[1])
         calibrator = _calibrator(self.method)
-        calibrator.fit(logits, self._index(y), sample_weight=sample_weight)
+        calibrator.fit(logits, self._encode_labels(y), sample_weight=sample_weight)
         return [(self.estimator, calibrator)]
 
     def _check_columns(self, estimator, where: str) -> None:
@@ -288,10 +288,11 @@ class CalibratedClassifier(
             estimator = self.estimator
             check_is_fitted(estimator, "classes_")
             self.classes_ = np.asarray(estimator.classes_)
-            pairs = [(estimator, self._fit_calibrator(estimator, X, self._index(y), sample_weight))]
+            calibrator = self._fit_calibrator(estimator, X, self._encode_labels(y), sample_weight)
+            pairs = [(estimator, calibrator)]
         else:
             self.classes_ = np.unique(y)
-            y_index = self._index(y)
+            y_index = self._encode_labels(y)
             splits = list(check_cv(self.cv, y, classifier=True).split(X, y))
             ensemble = True if self.ensemble == "auto" else self.ensemble
             pairs = (
@@ -303,9 +304,6 @@ class CalibratedClassifier(
         if hasattr(pairs[0][0], "n_features_in_"):
             self.n_features_in_ = pairs[0][0].n_features_in_
         return self
-
-    def _index(self, y) -> np.ndarray:
-        return encode_labels(y, self.classes_)
 
     def _fit_ensemble(self, X, y, y_index, sample_weight, splits):
         pairs = []
