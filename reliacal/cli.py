@@ -43,7 +43,7 @@ _FIXED_METHODS = {
     "adaptive": ("AdaptiveTS", {"random_state": 0}),
     "auto": ("AutoCalibrator", {}),
 }
-_METHODS = ("temperature", "vector", "matrix", *list(_FIXED_METHODS)[1:])
+_METHODS = ("temperature", "vector", "matrix", *(m for m in _FIXED_METHODS if m != "temperature"))
 # ODIR divides the off-diagonal penalty by K (K - 1): the demo's 0.1..10 (K = 10) is far
 # too weak for 100 classes, where 3-fold CV on CIFAR-100 picks about 100.
 _MATRIX_PENALTIES = (0.1, 1.0, 10.0, 100.0, 1000.0)
