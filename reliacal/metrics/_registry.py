@@ -38,6 +38,7 @@ from reliacal.metrics._sweep import (
     overconfidence_error,
     sweep_of_sorted,
     underconfidence_error,
+    weighted_excess,
 )
 
 
@@ -89,10 +90,8 @@ def _smooth_ece(sums: MetricSums) -> float:
 
 def _signed_part(sums: MetricSums, sign: float) -> float:
     """Over- (sign 1) or under-confident (sign -1) part of the uniform-bin ECE."""
-    stats = sums.uniform_statistics()
-    filled = stats.counts > 0
-    excess = -sign * stats.gaps[filled]
-    return float(np.sum(stats.counts[filled] / stats.n_samples * np.maximum(excess, 0.0)))
+    weights, excess = weighted_excess(sums.uniform_statistics())
+    return float(np.sum(weights * np.maximum(sign * excess, 0.0)))
 
 
 def _spiegelhalter(sums: MetricSums):

@@ -128,10 +128,14 @@ def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    stats = bin_scores(confidence, outcome, n_bins, strategy)
+    return weighted_excess(bin_scores(confidence, outcome, n_bins, strategy))
+
+
+def weighted_excess(stats):
+    """Per filled bin: its share of the samples, and mean confidence minus accuracy."""
     filled = stats.counts > 0
     weights = stats.counts[filled] / stats.n_samples
-    excess = -stats.gaps[filled]  # mean confidence - accuracy per bin
+    excess = -stats.gaps[filled]
     return weights, excess
 
 
