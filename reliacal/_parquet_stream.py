@@ -82,24 +82,6 @@ def _columns(path: Path, frame, probs_key, labels_key, classes) -> _Columns:
     return _Columns(table.label_column, table.columns, classes, table.description)
 
 
-def _explain(error: ValueError, values, columns: _Columns, logits: bool) -> str:
-    """The loader's message for a batch that is not probabilities."""
-    from reliacal._columns import odd_column
-    from reliacal._validation import _SOFTMAX_HINT, _row_sum_tolerance
-    from reliacal.io import _LOGITS_HINT
-
-    if not logits and values.ndim == 2:
-        odd = odd_column(values, _row_sum_tolerance(values))
-        if odd is not None:
-            # One extra column (an identifier, a weight) explains it: name it, not logits.
-            return (
-                f"column {columns.value_columns[odd]!r} is not a class probability: without "
-                "it every row sums to 1; select the class columns with --probs-key PREFIX, "
-                "or drop it"
-            )
-    return str(error).replace(_SOFTMAX_HINT, _LOGITS_HINT)
-
-
 def _progress_bar(total: int, name: str, progress):
     from tqdm.auto import tqdm
 
@@ -168,6 +150,7 @@ def stream_parquet(
         ) from None
 
     from reliacal._validation import check_logits
+    from reliacal.io import _explain_not_probabilities
 
     path = Path(path)
     files = parquet_files(path)
@@ -208,7 +191,9 @@ def stream_parquet(
                             values = softmax(check_logits(values, name="logits"))
                         state.update(labels, values)
                     except ValueError as error:
-                        message = _explain(error, values, columns, logits)
+                        message = _explain_not_probabilities(
+                            error, values, columns.value_columns, logits
+                        )
                         raise ValueError(f"{file.name}: {message}") from None
                     bar.update(batch.num_rows)
     kind = "logits" if logits else "probabilities"

@@ -436,12 +436,7 @@ def _read_labels_file(path: Path, labels_key: str | None) -> tuple[np.ndarray, s
 
 
 def _validated(path: Path, values, labels, from_logits: bool, source: str, table, given_classes):
-    from reliacal._validation import (
-        _SOFTMAX_HINT,
-        _row_sum_tolerance,
-        check_logits,
-        check_probabilities,
-    )
+    from reliacal._validation import check_logits, check_probabilities
     from reliacal.metrics import softmax
 
     if labels is None:
@@ -465,21 +460,31 @@ def _validated(path: Path, values, labels, from_logits: bool, source: str, table
         # The validated labels and probabilities are discarded: the point is the error message.
         check_probabilities(labels, values, labels=classes)
     except ValueError as error:
-        odd = None
-        if table is not None and not from_logits and np.ndim(values) == 2:
-            odd = odd_column(np.asarray(values), _row_sum_tolerance(values))
-        if odd is not None:
-            # One extra column (an identifier, a weight) explains it: name it, not logits.
-            raise ValueError(
-                f"{path.name}: column {table.columns[odd]!r} is not a class probability: "
-                "without it every row sums to 1; select the class columns with --probs-key "
-                "PREFIX, or drop it"
-            ) from None
-        # Where the check suspects logits, say how to pass them to this loader instead.
-        message = str(error).replace(_SOFTMAX_HINT, _LOGITS_HINT)
-        message = message.replace("pass labels=[...]", "pass labels=[...] (--classes A,B,...)")
+        columns = None if table is None else table.columns
+        message = _explain_not_probabilities(error, values, columns, from_logits)
         raise ValueError(f"{path.name}: {message}") from None
     return Predictions(np.asarray(values), labels, logit_values, source, classes)
+
+
+def _explain_not_probabilities(error: ValueError, values, columns, from_logits: bool) -> str:
+    """A prediction file's words for values that failed the probability check.
+
+    ``columns`` names the value columns of a table (None for an array file).
+    Shared by this loader and the parquet stream.
+    """
+    from reliacal._validation import _SOFTMAX_HINT, _row_sum_tolerance
+
+    if columns is not None and not from_logits and np.ndim(values) == 2:
+        odd = odd_column(np.asarray(values), _row_sum_tolerance(values))
+        if odd is not None:
+            # One extra column (an identifier, a weight) explains it: name it, not logits.
+            return (
+                f"column {columns[odd]!r} is not a class probability: without it every row "
+                "sums to 1; select the class columns with --probs-key PREFIX, or drop it"
+            )
+    # Where the check suspects logits, say how to pass them to this loader instead.
+    message = str(error).replace(_SOFTMAX_HINT, _LOGITS_HINT)
+    return message.replace("pass labels=[...]", "pass labels=[...] (--classes A,B,...)")
 
 
 def _given_classes(path: Path, given, labels: np.ndarray, values) -> np.ndarray:
