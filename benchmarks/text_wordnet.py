@@ -195,6 +195,16 @@ class Glosses(Dataset):
             item["labels"] = int(self.labels[index])
         return item
 
+    def reordered(self, order: np.ndarray) -> Glosses:
+        encoded = {key: [values[i] for i in order] for key, values in self.encoded.items()}
+        return Glosses(encoded, None if self.labels is None else self.labels[order])
+
+
+def length_order(glosses: Glosses) -> np.ndarray:
+    """Indices that sort the glosses by their number of word pieces (stable)."""
+    lengths = [len(ids) for ids in glosses.encoded["input_ids"]]
+    return np.argsort(lengths, kind="stable")
+
 
 def _quotas(class_sizes: np.ndarray, n: int) -> np.ndarray:
     """Per-class counts summing to ``n``, proportional to ``class_sizes`` (largest remainder)."""
@@ -263,6 +273,14 @@ def build_data(budget: Budget, seed: int, wordnet_dir) -> dict:
         replace_with_unk(data["test"].encoded, tokenizer, UNK_FRACTION, seed),
         data["test"].labels,
     )
+    # Evaluation sets in order of length, so that each batch pads to about its own
+    # glosses' length: it halves the cost of the prediction passes, and no metric
+    # depends on the order. The shifted set keeps the test set's order.
+    test_order = length_order(data["test"])
+    for part in ("calibration", "ood"):
+        data[part] = data[part].reordered(length_order(data[part]))
+    for part in ("test", "shift"):
+        data[part] = data[part].reordered(test_order)
     data["collate"] = transformers.DataCollatorWithPadding(tokenizer)
     data["n_classes"] = len(nouns.target_names)
     data["lengths"] = [len(ids) for ids in data["train"].encoded["input_ids"]]
@@ -616,19 +634,21 @@ def director_stage(data, budget, seed, log) -> list[dict]:
     rows = []
     for paths in (1, N_PATHS):
         director.set_params(**n_paths_kwargs(paths))  # a prediction option of the constructor
-        proba, test_s = {}, None
+        proba, mutual_information, test_s = {}, {}, None
         for part in ("test", "shift", "ood"):
-            proba[part], seconds = timed(
-                director.predict_proba, loader(data, part, 4 * budget.batch_size)
+            # The mutual information comes from the same sampled paths as the probabilities.
+            (proba[part], table), seconds = timed(
+                director.predict_proba,
+                loader(data, part, 4 * budget.batch_size),
+                return_uncertainty=True,
             )
+            mutual_information[part] = table["mutual_information"].to_numpy()
             test_s = seconds if part == "test" else test_s
         predictions = Predictions(proba["test"], proba["shift"], proba["ood"])
-        if paths > 1:  # the same seeded paths as predict_proba's
+        if paths > 1:  # one path has no spread to measure
             predictions.mi_test, predictions.mi_ood = (
-                director.uncertainty(loader(data, part, 4 * budget.batch_size))[
-                    "mutual_information"
-                ].to_numpy()
-                for part in ("test", "ood")
+                mutual_information["test"],
+                mutual_information["ood"],
             )
         name = f"DIRECTOR ({paths} path{'s' if paths > 1 else ''})"
         deployed = count(fitted_director_network(director))
@@ -653,6 +673,9 @@ STAGES = {
     "control_init": control_init_stage,
     "director": director_stage,
 }
+# What a seed runs unless ``--stages`` says otherwise: the methods issue 14 lists. The two
+# global-scale controls (issue 15's ablations) run on request, into the same seed file.
+DEFAULT_STAGES = ("baseline", "calattn", "director")
 
 
 def teacher_path(seed: int, budget: Budget) -> Path:
@@ -767,7 +790,7 @@ def standing(runs: list[dict], name: str, reference: str = REFERENCE) -> str:
     return f"- **{name}** vs {reference}: " + "; ".join(parts) + "."
 
 
-def merge(runs: list[dict], command: str, smoke: bool) -> str:
+def merge(runs: list[dict], smoke: bool) -> str:
     seeds = [run["seed"] for run in runs]
     by_method = {}
     for run in runs:
@@ -777,10 +800,13 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
     methods = [name for name, rows in by_method.items() if len(rows) == len(runs)]
     budget = runs[0]["budget"]
     lines = ["# WordNet noun glosses, pre-trained MiniLM: calibration methods side by side", ""]
-    command = "; ".join(
-        f"python benchmarks/text_wordnet.py --seed {seed}{' --quick' if smoke else ''}"
-        for seed in seeds
-    )
+    seed_list = " ".join(str(seed) for seed in seeds)
+    quick = " --quick" if smoke else ""
+    command = f"python benchmarks/text_wordnet.py --seed {seed_list}{quick}"
+    extra = [stage for stage in STAGES if stage not in DEFAULT_STAGES]
+    extra = [stage for stage in extra if all(stage in run["stage_seconds"] for run in runs)]
+    if extra:
+        command += f"\n    {command} --stages {' '.join(extra)}"
     lines += ["Command (from the repository root):", "", f"    {command}", ""]
     if smoke:
         lines += [
@@ -868,20 +894,23 @@ def merge(runs: list[dict], command: str, smoke: bool) -> str:
     lines += director_lines(runs)
     lines += [
         "",
-        "Per seed: minutes per stage, load average (1, 5, 15 min) at its end, threads:",
+        "Per seed: minutes per stage, load average (1, 5, 15 min) at the end of its last "
+        "run, threads:",
         "",
     ]
     for run in runs:
         load = ", ".join(f"{value:.1f}" for value in run["load_average"])
-        stages = ", ".join(f"{name} {sec / 60:.1f}" for name, sec in run["stage_seconds"].items())
+        minutes = {name: sec / 60 for name, sec in run["stage_seconds"].items()}
+        default_minutes = sum(minutes.get(name, 0.0) for name in DEFAULT_STAGES)
+        stages = ", ".join(f"{name} {value:.1f}" for name, value in minutes.items())
         threads = run["stage_threads"]
         if len(set(threads.values())) == 1:
             threads = f"{next(iter(threads.values()))} threads"
         else:  # stages rerun later with another thread count
             threads = "threads " + ", ".join(f"{name} {n}" for name, n in threads.items())
         lines.append(
-            f"- seed {run['seed']}: {run['seconds'] / 60:.1f} min ({stages}), load {load}, "
-            f"{threads}, {run['machine']}"
+            f"- seed {run['seed']}: {default_minutes:.1f} min for the default stages "
+            f"({stages}), load {load}, {threads}, {run['machine']}"
         )
     return "\n".join(lines) + "\n"
 
@@ -919,12 +948,12 @@ def seed_path(seed: int, quick: bool, seed_dir: Path = SEED_DIR) -> Path:
     return seed_dir / f"{'quick-' if quick else ''}seed{seed}.json"
 
 
-def write_table(quick: bool, output: Path, command: str, seed_dir: Path = SEED_DIR) -> None:
+def write_table(quick: bool, output: Path, seed_dir: Path = SEED_DIR) -> None:
     pattern = "quick-seed*.json" if quick else "seed*.json"
     runs = [json.loads(path.read_text()) for path in sorted(seed_dir.glob(pattern))]
     if not runs:
         sys.exit(f"no per-seed results in {seed_dir} ({pattern})")
-    output.write_text(merge(runs, command, smoke=quick))
+    output.write_text(merge(runs, smoke=quick))
     print(f"wrote {output} ({len(runs)} seed(s))")
 
 
@@ -938,7 +967,8 @@ def main(argv=None) -> None:
         nargs="*",
         choices=list(STAGES),
         default=None,
-        help="run only these stages (default all); the others' rows stay as stored",
+        help=f"run these stages (default {' '.join(DEFAULT_STAGES)}); the others' rows stay "
+        "as stored",
     )
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun, data.adj")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -949,13 +979,10 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    command = "python benchmarks/text_wordnet.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
     args.seed_dir.mkdir(parents=True, exist_ok=True)
     if not args.merge:
         budget = dataclasses.replace(QUICK if args.quick else Budget(), verbose=args.verbose)
-        stages = [stage for stage in STAGES if stage in (args.stages or STAGES)]
+        stages = [stage for stage in STAGES if stage in (args.stages or DEFAULT_STAGES)]
         for seed in args.seed if args.seed else [0]:
             path = seed_path(seed, args.quick, args.seed_dir)
             partial = set(stages) != set(STAGES)  # a full rerun starts the seed's file afresh
@@ -970,7 +997,7 @@ def main(argv=None) -> None:
                 result = keep_other_stages(result, json.loads(path.read_text()), stages)
             path.write_text(json.dumps(result, indent=1))
             print(f"wrote {path}", flush=True)
-    write_table(args.quick, args.output, command, args.seed_dir)
+    write_table(args.quick, args.output, args.seed_dir)
 
 
 if __name__ == "__main__":

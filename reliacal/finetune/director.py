@@ -126,6 +126,21 @@ def _sampled_moments(
     return probs.mean(dim=0), entropy.mean(dim=0)
 
 
+def _uncertainty_table(probs: np.ndarray, expected_entropy: np.ndarray) -> pd.DataFrame:
+    """Predictive entropy, expected entropy and their difference, from the sampled moments."""
+    log_probs = np.log(np.maximum(probs, np.finfo(np.float64).tiny))
+    predictive_entropy = -(probs * log_probs).sum(axis=1)
+    # Rounding can leave the mean entropy a hair above the entropy of the mean.
+    expected_entropy = np.minimum(expected_entropy, predictive_entropy)
+    return pd.DataFrame(
+        {
+            "predictive_entropy": predictive_entropy,
+            "expected_entropy": expected_entropy,
+            "mutual_information": predictive_entropy - expected_entropy,
+        }
+    )
+
+
 class DiffusionReconfigurer(FinetuneEstimator):
     """DIRECTOR: distil a transformer's block stack into a sampled reverse-diffusion path.
 
@@ -549,20 +564,31 @@ class DiffusionReconfigurer(FinetuneEstimator):
         (mean_probs, mean_entropy), _ = self._run_batches(self.network_, dataset, forward, device)
         return mean_probs, mean_entropy
 
-    def predict_proba(self, X: Any) -> np.ndarray:
+    def predict_proba(
+        self, X: Any, return_uncertainty: bool = False
+    ) -> np.ndarray | tuple[np.ndarray, pd.DataFrame]:
         """Mean of ``n_draws`` sampled softmaxes, ``(1/S) sum_s softmax(z_s(x))``.
 
         Parameters
         ----------
         X : array-like, tensor, dict of arrays, Dataset or DataLoader
             Backbone inputs (see :meth:`fit`).
+        return_uncertainty : bool, default=False
+            Also return :meth:`uncertainty`'s table, computed from the same
+            sampled paths, so that one pass gives both (as
+            ``GaussianProcessRegressor.predict(X, return_std=True)`` does).
 
         Returns
         -------
         ndarray of shape (n, K)
             Rows sum to 1; columns follow ``classes_``.
+        pandas.DataFrame of shape (n, 3)
+            Only with ``return_uncertainty=True``: see :meth:`uncertainty`.
         """
-        return self._predictive_moments(X)[0]
+        probs, expected_entropy = self._predictive_moments(X)
+        if return_uncertainty:
+            return probs, _uncertainty_table(probs, expected_entropy)
+        return probs
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Log of the averaged probabilities, ``log predict_proba(X)``.
@@ -605,14 +631,4 @@ class DiffusionReconfigurer(FinetuneEstimator):
         -------
         pandas.DataFrame of shape (n, 3)
         """
-        probs, expected_entropy = self._predictive_moments(X)
-        log_probs = np.log(np.maximum(probs, np.finfo(np.float64).tiny))
-        predictive_entropy = -(probs * log_probs).sum(axis=1)
-        expected_entropy = np.minimum(expected_entropy, predictive_entropy)
-        return pd.DataFrame(
-            {
-                "predictive_entropy": predictive_entropy,
-                "expected_entropy": expected_entropy,
-                "mutual_information": predictive_entropy - expected_entropy,
-            }
-        )
+        return _uncertainty_table(*self._predictive_moments(X))

@@ -8,6 +8,7 @@ import pickle
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.base import clone
@@ -267,6 +268,14 @@ def test_vit_shapes_rows_and_uncertainty(fitted_vit, digits):
     )
     assert 0.0 <= fitted_vit.score(X[:20], digits[1][:20]) <= 1.0
 
+
+def test_predict_proba_returns_the_uncertainty_of_the_same_paths(fitted_vit, digits):
+    X = digits[0][:20]
+    estimator = copy.deepcopy(fitted_vit).set_params(random_state=3, n_draws=4)
+    proba, table = estimator.predict_proba(X, return_uncertainty=True)
+    np.testing.assert_array_equal(proba, estimator.predict_proba(X))
+    pd.testing.assert_frame_equal(table, estimator.uncertainty(X))
+    assert table["mutual_information"].max() > 0  # the paths disagree: not a constant table
 
 def test_training_lowers_matching_and_cross_entropy(fitted_vit):
     first, last = fitted_vit.history_[0], fitted_vit.history_[-1]
