@@ -167,19 +167,31 @@ class ClassLabelMixin:
     0.5
     """
 
+    def _classes_for(self, n_columns: int) -> np.ndarray:
+        """The label of each of ``n_columns`` columns: ``classes``, or the column indices."""
+        given = getattr(self, "classes", None)
+        if given is None:
+            return np.arange(n_columns)
+        classes = np.asarray(given)
+        if classes.ndim != 1 or classes.shape[0] != n_columns:
+            raise ValueError(
+                f"classes must name one label per column ({n_columns} columns), "
+                f"got {classes.shape[0] if classes.ndim == 1 else classes.shape} labels"
+            )
+        return classes
+
     def _fit_labels(self, y: Any, n_columns: int) -> np.ndarray:
         """Set ``classes_`` for ``n_columns`` columns; return ``y`` as column indices."""
         y = _labels_to_numpy(y)
         check_classification_targets(y)
-        given = getattr(self, "classes", None)
-        if given is None:
+        classes = self._classes_for(n_columns)
+        if getattr(self, "classes", None) is None:
             if y.dtype.kind in "OUST":
                 raise ValueError(
                     f"y holds labels such as {y[0]!r}, but without classes= the labels are the "
                     f"column indices 0..{n_columns - 1}; pass classes=[...], the label of each "
                     "column in column order"
                 )
-            classes = np.arange(n_columns)
             outside = (y < 0) | (y >= n_columns)
             if y.dtype.kind == "f":
                 outside |= y != np.round(y)
@@ -188,13 +200,6 @@ class ClassLabelMixin:
                     f"labels {np.unique(y[outside])[:10]} are not column indices of X, which "
                     f"has {n_columns} columns (classes 0..{n_columns - 1}); pass classes=[...] "
                     "to name the label of each column"
-                )
-        else:
-            classes = np.asarray(given)
-            if classes.ndim != 1 or classes.shape[0] != n_columns:
-                raise ValueError(
-                    f"classes must name one label per column ({n_columns} columns), "
-                    f"got {classes.shape[0] if classes.ndim == 1 else classes.shape} labels"
                 )
         y_index = encode_labels(y, classes)
         self.classes_ = classes

@@ -333,10 +333,8 @@ mixed_precision, checkpoint_dir, device, verbose
         if n_classes is None:
             raise ValueError("the backbone does not tell its number of classes (num_classes)")
         if labels is None:
-            # A Dataset's labels are column indices already; passing the column labels
-            # themselves through _fit_labels validates `classes` and sets classes_.
-            given = np.arange(n_classes) if self.classes is None else self.classes
-            self._fit_labels(given, n_columns=n_classes)
+            # A Dataset's labels are column indices already: only `classes` to check.
+            self.classes_ = self._classes_for(n_classes)
             y_index = None
         else:
             y_index = self._fit_labels(labels, n_columns=n_classes)

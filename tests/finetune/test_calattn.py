@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -499,6 +500,21 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
 def test_invalid_settings_raise(overrides, message):
     with pytest.raises(ValueError, match=message):
         quick(**overrides).fit(*image_data())
+
+
+@pytest.mark.parametrize("classes", [None, [f"class {k}" for k in range(26)]])
+def test_a_dataset_with_many_classes_fits_without_a_spurious_label_warning(classes):
+    # scikit-learn warns "y could represent a regression problem" when over half of 20+
+    # labels are distinct: it must not be shown the list of classes as if it were labels.
+    X, _ = image_data(n=52)
+    y = np.arange(52) % 26
+    dataset = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = quick(tiny_vit(num_classes=26), classes=classes, max_epochs=1).fit(dataset)
+    assert not [w for w in caught if "unique classes" in str(w.message)]
+    expected = np.arange(26) if classes is None else np.asarray(classes)
+    np.testing.assert_array_equal(model.classes_, expected)
 
 
 def test_out_of_range_dataset_labels_raise():

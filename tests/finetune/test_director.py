@@ -277,6 +277,7 @@ def test_predict_proba_returns_the_uncertainty_of_the_same_paths(fitted_vit, dig
     pd.testing.assert_frame_equal(table, estimator.uncertainty(X))
     assert table["mutual_information"].max() > 0  # the paths disagree: not a constant table
 
+
 def test_training_lowers_matching_and_cross_entropy(fitted_vit):
     first, last = fitted_vit.history_[0], fitted_vit.history_[-1]
     assert len(fitted_vit.history_) == 5
