@@ -87,8 +87,7 @@ def classifiers() -> dict:
     }
 
 
-def scores(model, X_test, y_test) -> dict:
-    probabilities = model.predict_proba(X_test)
+def scores(y_test, probabilities) -> dict:
     return {
         "NLL": negative_log_likelihood(y_test, probabilities),
         "ECE %": 100 * expected_calibration_error(y_test, probabilities),
@@ -110,7 +109,8 @@ def run_case(estimator, X_train, y_train, X_test, y_test, log) -> list[dict]:
     folds = StratifiedKFold(N_FOLDS, shuffle=True, random_state=0)
     rows = []
     model, seconds = timed_fit(_clone(estimator), X_train, y_train)
-    rows.append({"method": "uncalibrated", **scores(model, X_test, y_test), "fit s": seconds})
+    uncalibrated = scores(y_test, model.predict_proba(X_test))
+    rows.append({"method": "uncalibrated", **uncalibrated, "fit s": seconds})
     for method in SHARED_METHODS:
         ours, ours_s = timed_fit(
             CalibratedClassifier(_clone(estimator), method=method, cv=folds), X_train, y_train
@@ -118,8 +118,9 @@ def run_case(estimator, X_train, y_train, X_test, y_test, log) -> list[dict]:
         theirs, theirs_s = timed_fit(
             CalibratedClassifierCV(_clone(estimator), method=method, cv=folds), X_train, y_train
         )
-        ours_scores, theirs_scores = scores(ours, X_test, y_test), scores(theirs, X_test, y_test)
-        difference = np.max(np.abs(ours.predict_proba(X_test) - theirs.predict_proba(X_test)))
+        ours_proba, theirs_proba = ours.predict_proba(X_test), theirs.predict_proba(X_test)
+        ours_scores, theirs_scores = scores(y_test, ours_proba), scores(y_test, theirs_proba)
+        difference = np.max(np.abs(ours_proba - theirs_proba))
         rows.append(
             {
                 "method": method,
@@ -143,7 +144,7 @@ def run_case(estimator, X_train, y_train, X_test, y_test, log) -> list[dict]:
     rows.append(
         {
             "method": f"auto ({', '.join(choices)})",
-            **scores(auto, X_test, y_test),
+            **scores(y_test, auto.predict_proba(X_test)),
             "fit s": seconds,
         }
     )

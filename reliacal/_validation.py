@@ -241,7 +241,7 @@ def check_scores_and_target(scores, target, name: str) -> None:
         )
 
 
-def encode_labels(y, classes) -> np.ndarray:
+def encode_labels(y, classes, hint: str = "") -> np.ndarray:
     """Map labels to their column indices in ``classes``.
 
     Parameters
@@ -250,6 +250,9 @@ def encode_labels(y, classes) -> np.ndarray:
         Labels (integers, strings, ...).
     classes : array-like of shape (K,)
         The class of each column, in column order; no duplicates.
+    hint : str, default=""
+        Advice appended to the unknown-label error, naming the caller's own way
+        to map labels to columns (each caller has a different parameter).
 
     Returns
     -------
@@ -285,7 +288,7 @@ def encode_labels(y, classes) -> np.ndarray:
             outside = np.unique(y[(y < 0) | (y >= n_classes)])
             raise ValueError(
                 f"labels {outside[:10]} are not among the classes 0..{n_classes - 1} "
-                f"(one per column); pass labels= to map other labels to columns"
+                f"(one per column){hint}"
             )
         return y.astype(np.int64)
     try:
@@ -304,7 +307,7 @@ def encode_labels(y, classes) -> np.ndarray:
         missing = np.unique(y[~np.asarray(found, dtype=bool)])
         raise ValueError(
             f"labels {missing[:10]} are not among the classes {classes[:20]} "
-            f"(one per column of the probabilities)"
+            f"(one per column of the probabilities){hint}"
         )
     return sorter[position].astype(np.int64)
 
@@ -345,7 +348,8 @@ def _index_labels(y_true: np.ndarray, n_classes: int, labels) -> tuple[np.ndarra
     elif kind not in "iub":
         raise ValueError(f"y_true has unsupported dtype {y_true.dtype}")
     classes = np.arange(n_classes)
-    return encode_labels(y_true, classes), classes
+    hint = "; pass labels= to map other labels to columns"
+    return encode_labels(y_true, classes, hint=hint), classes
 
 
 def _row_sum_tolerance(values) -> float:

@@ -15,6 +15,7 @@ added to the mean (weighted) negative log-likelihood.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import warnings
 
@@ -23,12 +24,12 @@ from scipy.optimize import minimize
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, ParameterGrid
 from sklearn.utils._param_validation import Interval
-from threadpoolctl import threadpool_limits
 
 from .._docstrings import shared_doc
 from .._init_arguments import store_init_arguments
 from ..metrics import nll_scorer
 from ._base import BaseCalibrator, ConvergenceWarning
+from ._blas import single_threaded_blas
 
 __all__ = ["MatrixScaling", "VectorScaling", "check_matrix_size", "tuned_scaling"]
 
@@ -133,7 +134,7 @@ class _LogitScaling(BaseCalibrator):
         initial = np.concatenate([self._initial_coef(n_classes).ravel(), np.zeros(n_classes)])
         # One BLAS thread unless each product is large (see _THREADED_PRODUCT).
         small = n_samples * initial.size < _THREADED_PRODUCT
-        with threadpool_limits(limits=1 if small else None, user_api="blas"):
+        with single_threaded_blas() if small else contextlib.nullcontext():
             result = minimize(
                 self._loss,
                 initial,

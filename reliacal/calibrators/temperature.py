@@ -28,10 +28,10 @@ import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
-from threadpoolctl import ThreadpoolController
 
 from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator, ConvergenceWarning
+from ._blas import single_threaded_blas
 
 __all__ = ["TemperatureScaling"]
 
@@ -119,22 +119,6 @@ def _describe_temperature(log_inverse_temperature: float, scale_exponent: int) -
     return f"{10.0 ** (log10_t - exponent):.3g}e{exponent:+d}"
 
 
-_blas_controller: ThreadpoolController | None = None
-
-
-def _single_threaded_blas():
-    """A context in which the BLAS libraries run on one thread.
-
-    The controller, whose creation scans the process's loaded libraries (about
-    10 ms, more than a whole binary fit), is made once per process; numpy's
-    BLAS, the one the objective's products use, is loaded before it.
-    """
-    global _blas_controller
-    if _blas_controller is None:
-        _blas_controller = ThreadpoolController()
-    return _blas_controller.limit(limits=1, user_api="blas")
-
-
 class _TemperatureObjective:
     """The weighted NLL of ``softmax(b z')`` and its derivatives, evaluated in chunks.
 
@@ -212,7 +196,7 @@ class _TemperatureObjective:
         """
         # The matrix-vector products below are small: a BLAS thread pool woken for
         # each of them costs more than it gains on a busy machine.
-        with _single_threaded_blas():
+        with single_threaded_blas():
             return self._evaluate(inverse_temperature, dtype)
 
     def _evaluate(self, inverse_temperature, dtype):

@@ -25,6 +25,7 @@ from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._sorted import score_key, scores_of_key
 
 STRATEGIES = ("uniform", "quantile")
 # Samples binned at once by uniform_sums.
@@ -42,19 +43,15 @@ def _array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:
 def _quantile_order(confidence: np.ndarray, outcome: np.ndarray, starts: np.ndarray):
     """Confidences and outcomes rearranged so that group ``j`` is ``[starts[j], starts[j+1])``.
 
-    A non-negative float64's bit pattern sorts like the float, so one int64 key holds
-    the confidence and, in its lowest bit, the outcome that breaks ties. A partition at
-    the group starts is enough: sums within a group do not depend on order.
+    The keys of :func:`sort_scores` are partitioned at the group starts rather than
+    sorted: sums within a group do not depend on order.
     """
-    key = confidence.view(np.int64) << 1
-    key |= outcome
+    key = score_key(confidence, outcome)
     cuts = starts[1:-1]
     cuts = cuts[cuts < key.shape[0]]
     if cuts.size:
         key = np.partition(key, cuts)
-    ordered_outcome = (key & 1).astype(bool)
-    key >>= 1
-    return key.view(np.float64), ordered_outcome
+    return scores_of_key(key)
 
 
 @dataclass(frozen=True, eq=False)

@@ -97,21 +97,25 @@ def spiegelhalter_sums(confidence: np.ndarray, outcome: np.ndarray) -> tuple[flo
     return deviation, variance
 
 
+def _undefined_test() -> ValueError:
+    return ValueError(
+        "Spiegelhalter's test is undefined when every forecast is 0, 0.5 or 1 "
+        "(its variance under calibration is 0)"
+    )
+
+
 def spiegelhalter_from_sums(deviation: float, variance: float) -> SpiegelhalterResult:
     """Spiegelhalter's Z and p-value from :func:`spiegelhalter_sums` (ValueError if undefined)."""
     if variance <= 0.0:
-        raise ValueError(
-            "Spiegelhalter's test is undefined when every forecast is 0, 0.5 or 1 "
-            "(its variance under calibration is 0)"
-        )
+        raise _undefined_test()
     statistic = deviation / math.sqrt(variance)
     return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))
 
 
 def _result_of_table(statistic: float, pvalue: float) -> SpiegelhalterResult:
-    """The test from the metric table's values (NaN there means undefined)."""
+    """The test from the metric table's values, where NaN marks an undefined test."""
     if math.isnan(statistic):
-        spiegelhalter_from_sums(0.0, 0.0)  # raises the in-memory error
+        raise _undefined_test()
     return SpiegelhalterResult(statistic, pvalue)
 
 

@@ -20,7 +20,7 @@ from reliacal._validation import check_option, check_probabilities
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._modes import SCORE_MODES, check_mode
 from reliacal.metrics._predictions import confidences_and_outcomes
-from reliacal.metrics._sorted import sort_scores
+from reliacal.metrics._sorted import run_ends, sort_scores
 
 SCORES = ("brier", "log")
 
@@ -106,11 +106,14 @@ def pool_adjacent_violators(values: np.ndarray, weights: np.ndarray) -> np.ndarr
     return np.repeat(means, block_size)
 
 
-def _pooled_by_forecast(confidence: np.ndarray, outcome: np.ndarray):
-    """Distinct forecasts, their counts, outcome means, and each sample's group."""
-    distinct, group, counts = np.unique(confidence, return_inverse=True, return_counts=True)
-    frequency = np.bincount(group, weights=outcome, minlength=distinct.shape[0]) / counts
-    return distinct, counts, frequency, group
+def _pooled_by_forecast(sorted_confidence: np.ndarray, sorted_outcome: np.ndarray):
+    """Distinct forecasts, their counts and outcome means, from scores sorted by forecast."""
+    # Equal forecasts are contiguous once sorted: each run is one group.
+    ends = np.flatnonzero(run_ends(sorted_confidence))
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    counts = ends - starts + 1
+    frequency = np.add.reduceat(sorted_outcome, starts, dtype=np.float64) / counts
+    return sorted_confidence[ends], counts, frequency
 
 
 def _corp_scores(y_true, y_prob, mode, labels):
@@ -159,7 +162,7 @@ def corp_reliability(y_true, y_prob, *, mode: str = "top-label", labels=None) ->
     array([0. , 0.5, 0.5, 1. ])
     """
     confidence, outcome = _corp_scores(y_true, y_prob, mode, labels)
-    distinct, counts, frequency, _ = _pooled_by_forecast(confidence, outcome)
+    distinct, counts, frequency = _pooled_by_forecast(*sort_scores(confidence, outcome))
     calibrated = pool_adjacent_violators(frequency, counts.astype(np.float64))
     return CorpReliability(distinct, calibrated, counts.astype(np.int64))
 
@@ -227,10 +230,7 @@ def decomposition_of_sorted(
     sorted_confidence: np.ndarray, sorted_outcome: np.ndarray, score: str = "brier"
 ) -> ScoreDecomposition:
     """:func:`score_decomposition` of scores sorted by :func:`sort_scores`."""
-    # Runs of equal forecasts are contiguous once sorted: pool each run, then fit.
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(sorted_confidence) != 0]))
-    counts = np.diff(np.append(starts, sorted_confidence.shape[0]))
-    frequency = np.add.reduceat(sorted_outcome, starts, dtype=np.float64) / counts
+    _, counts, frequency = _pooled_by_forecast(sorted_confidence, sorted_outcome)
     fitted = pool_adjacent_violators(frequency, counts.astype(np.float64))
     recalibrated = np.repeat(fitted, counts)
     base_rate = np.full_like(sorted_confidence, float(np.mean(sorted_outcome)))

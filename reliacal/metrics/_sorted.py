@@ -25,12 +25,23 @@ def sort_scores(confidence: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray
     >>> sort_scores(np.array([0.5, 0.2, 0.5]), np.array([True, False, False]))
     (array([0.2, 0.5, 0.5]), array([False, False,  True]))
     """
-    key = np.asarray(confidence, dtype=np.float64).view(np.int64) << 1
-    key |= outcome.astype(bool)
+    key = score_key(confidence, outcome)
     key.sort()
-    sorted_outcome = (key & 1).astype(bool)
+    return scores_of_key(key)
+
+
+def score_key(confidence: np.ndarray, outcome: np.ndarray) -> np.ndarray:
+    """One int64 per sample that orders by confidence, then outcome (see :func:`sort_scores`)."""
+    key = np.asarray(confidence, dtype=np.float64).view(np.int64) << 1
+    key |= np.asarray(outcome, dtype=bool)  # no copy when already boolean
+    return key
+
+
+def scores_of_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(confidence, outcome)`` back from :func:`score_key`'s keys (``key`` is reused)."""
+    outcome = (key & 1).astype(bool)
     key >>= 1
-    return key.view(np.float64), sorted_outcome
+    return key.view(np.float64), outcome
 
 
 def run_ends(sorted_confidence: np.ndarray) -> np.ndarray:
