@@ -915,7 +915,7 @@ def merge(runs: list[dict], smoke: bool) -> str:
 
 
 def stage_minutes(run: dict, names) -> str:
-    """ "stage minutes (threads)" for those of ``names`` that the seed has run."""
+    """Each of ``names`` that the seed has run, as 'stage minutes (threads)'."""
     seconds, threads = run["stage_seconds"], run["stage_threads"]
     return ", ".join(
         f"{name} {seconds[name] / 60:.1f} ({threads[name]} thr.)"
