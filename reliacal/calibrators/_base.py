@@ -178,13 +178,14 @@ class ClassLabelMixin:
                 f"classes must name one label per column ({n_columns} columns), "
                 f"got {classes.shape[0] if classes.ndim == 1 else classes.shape} labels"
             )
+        if np.unique(classes).shape[0] != n_columns:
+            raise ValueError(f"classes must not contain duplicates, got {classes}")
         return classes
 
     def _fit_labels(self, y: Any, n_columns: int) -> np.ndarray:
         """Set ``classes_`` for ``n_columns`` columns; return ``y`` as column indices."""
         y = _labels_to_numpy(y)
         check_classification_targets(y)
-        classes = self._classes_for(n_columns)
         if getattr(self, "classes", None) is None:
             if y.dtype.kind in "OUST":
                 raise ValueError(
@@ -201,6 +202,7 @@ class ClassLabelMixin:
                     f"has {n_columns} columns (classes 0..{n_columns - 1}); pass classes=[...] "
                     "to name the label of each column"
                 )
+        classes = self._classes_for(n_columns)
         y_index = encode_labels(y, classes)
         self.classes_ = classes
         return y_index

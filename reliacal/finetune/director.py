@@ -374,7 +374,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
                 f"0..{n_classes - 1} of the backbone's outputs; got values such as "
                 f"{np.unique(labels)[:5].tolist()}"
             )
-        self._fit_labels(self._classes_for(n_classes)[labels], n_classes)
+        self.classes_ = self._classes_for(n_classes)
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is None and isinstance(X, Dataset | DataLoader):

@@ -517,6 +517,12 @@ def test_a_dataset_with_many_classes_fits_without_a_spurious_label_warning(class
     np.testing.assert_array_equal(model.classes_, expected)
 
 
+def test_duplicate_classes_are_refused_for_a_dataset_too():
+    X, y = image_data()
+    dataset = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    with pytest.raises(ValueError, match="classes must not contain duplicates"):
+        quick(classes=["cat", "cat", "emu"]).fit(dataset)
+
 def test_out_of_range_dataset_labels_raise():
     X, _ = image_data()
     bad = TensorDataset(torch.from_numpy(X), torch.full((len(X),), N_CLASSES))
