@@ -69,7 +69,7 @@ def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None
     0.1
     """
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    return ks_of_sorted(*sort_scores(confidence, outcome.astype(bool)))
+    return ks_of_sorted(*sort_scores(confidence, outcome))
 
 
 def ks_of_sorted(sorted_confidence: np.ndarray, sorted_outcome: np.ndarray) -> float:

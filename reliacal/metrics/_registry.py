@@ -13,8 +13,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from reliacal.metrics._calibration_error import (
     classwise_calibration_error,
     classwise_error,
@@ -36,9 +34,9 @@ from reliacal.metrics._sums import MetricSums
 from reliacal.metrics._sweep import (
     monotonic_sweep_calibration_error,
     overconfidence_error,
+    signed_part,
     sweep_of_sorted,
     underconfidence_error,
-    weighted_excess,
 )
 
 
@@ -90,8 +88,7 @@ def _smooth_ece(sums: MetricSums) -> float:
 
 def _signed_part(sums: MetricSums, sign: float) -> float:
     """Over- (sign 1) or under-confident (sign -1) part of the uniform-bin ECE."""
-    weights, excess = weighted_excess(sums.uniform_statistics())
-    return float(np.sum(weights * np.maximum(sign * excess, 0.0)))
+    return signed_part(sums.uniform_statistics(), sign)
 
 
 def _spiegelhalter(sums: MetricSums):

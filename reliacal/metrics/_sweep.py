@@ -124,19 +124,19 @@ def monotonic_sweep_calibration_error(
     return (error, n_bins) if return_n_bins else error
 
 
-def _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels):
+def _binned(y_true, y_prob, n_bins, strategy, mode, labels):
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
     confidence, outcome = _scores(y_true, y_prob, mode, labels)
-    return weighted_excess(bin_scores(confidence, outcome, n_bins, strategy))
+    return bin_scores(confidence, outcome, n_bins, strategy)
 
 
-def weighted_excess(stats):
-    """Per filled bin: its share of the samples, and mean confidence minus accuracy."""
+def signed_part(stats, sign: float) -> float:
+    """Over- (sign 1) or under-confident (sign -1) part of the ECE of binned statistics."""
     filled = stats.counts > 0
     weights = stats.counts[filled] / stats.n_samples
-    excess = -stats.gaps[filled]
-    return weights, excess
+    excess = -stats.gaps[filled]  # mean confidence minus accuracy
+    return float(np.sum(weights * np.maximum(sign * excess, 0.0)))
 
 
 @accepts_dask("overconfidence_error")
@@ -165,8 +165,7 @@ def overconfidence_error(
     >>> round(overconfidence_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
     0.125
     """
-    weights, excess = _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels)
-    return float(np.sum(weights * np.maximum(excess, 0.0)))
+    return signed_part(_binned(y_true, y_prob, n_bins, strategy, mode, labels), 1.0)
 
 
 @accepts_dask("underconfidence_error")
@@ -194,8 +193,7 @@ def underconfidence_error(
     >>> round(underconfidence_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
     0.125
     """
-    weights, excess = _signed_parts(y_true, y_prob, n_bins, strategy, mode, labels)
-    return float(np.sum(weights * np.maximum(-excess, 0.0)))
+    return signed_part(_binned(y_true, y_prob, n_bins, strategy, mode, labels), -1.0)
 
 
 @accepts_dask("overconfidence")
