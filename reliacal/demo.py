@@ -418,8 +418,8 @@ def run_demo(
 
 
 def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
-    import torch
 
+    from reliacal._torch_estimator import seeded_torch
     from reliacal.backbones import as_backbone, extract_outputs
     from reliacal.datasets import (
         default_digits_training_config,
@@ -471,8 +471,7 @@ def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
     seconds: dict[str, float] = {}
     for method in methods:
         started = time.perf_counter()
-        with torch.random.fork_rng(devices=[]):  # each method sees the same generator state
-            torch.manual_seed(random_state)
+        with seeded_torch(random_state):  # each method sees the same generator state
             output = method.run(context)
         seconds[method.name] = time.perf_counter() - started
         outputs[method.name] = output if isinstance(output, MethodOutput) else MethodOutput(output)

@@ -5,13 +5,13 @@ Private to :mod:`reliacal.finetune.calattn`, which holds the estimator.
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from reliacal.backbones import BackboneAdapter, BackboneOutput
+from reliacal.finetune._director_modules import inverse_softplus
 from reliacal.finetune.losses import brier_loss
 
 TOKENS = ("cls", "patch_mean", "concat", "pooled")
@@ -24,11 +24,6 @@ class CalAttnOutput(NamedTuple):
     calibrated_logits: torch.Tensor
     scale: torch.Tensor
     logits: torch.Tensor
-
-
-def inverse_softplus(value: float) -> float:
-    """``b`` with ``softplus(b) = value``, without overflow for large values."""
-    return value + math.log(-math.expm1(-value))
 
 
 class ScaleHead(nn.Module):
