@@ -679,6 +679,7 @@ STAGES = {
 # What a seed runs unless ``--stages`` says otherwise: the methods issue 14 lists. The two
 # global-scale controls (issue 15's ablations) run on request, into the same seed file.
 DEFAULT_STAGES = ("baseline", "calattn", "director")
+OPTIONAL_STAGES = tuple(stage for stage in STAGES if stage not in DEFAULT_STAGES)
 
 
 def teacher_path(seed: int, budget: Budget) -> Path:
@@ -708,7 +709,6 @@ def run_seed(seed: int, budget: Budget, stages, wordnet_dir, log) -> dict:
         budget=asdict(budget),
         max_length=MAX_LENGTH,
         unk_fraction=UNK_FRACTION,
-        seconds=sum(result["stage_seconds"].values()),
         load_average=os.getloadavg(),
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
     )
@@ -806,8 +806,9 @@ def merge(runs: list[dict], smoke: bool) -> str:
     seed_list = " ".join(str(seed) for seed in seeds)
     quick = " --quick" if smoke else ""
     command = f"python benchmarks/text_wordnet.py --seed {seed_list}{quick}"
-    extra = [stage for stage in STAGES if stage not in DEFAULT_STAGES]
-    extra = [stage for stage in extra if all(stage in run["stage_seconds"] for run in runs)]
+    extra = [
+        stage for stage in OPTIONAL_STAGES if all(stage in run["stage_seconds"] for run in runs)
+    ]
     if extra:
         command += f"\n    {command} --stages {' '.join(extra)}"
     lines += ["Command (from the repository root):", "", f"    {command}", ""]
@@ -904,7 +905,7 @@ def merge(runs: list[dict], smoke: bool) -> str:
     for run in runs:
         load = ", ".join(f"{value:.1f}" for value in run["load_average"])
         default_minutes = sum(run["stage_seconds"].get(name, 0.0) for name in DEFAULT_STAGES) / 60
-        others = stage_minutes(run, [name for name in STAGES if name not in DEFAULT_STAGES])
+        others = stage_minutes(run, OPTIONAL_STAGES)
         lines.append(
             f"- seed {run['seed']}: default stages {default_minutes:.1f} min "
             f"({stage_minutes(run, DEFAULT_STAGES)})"
@@ -950,7 +951,7 @@ def keep_other_stages(result: dict, stored: dict, stages) -> dict:
     for key in ("stage_seconds", "stage_threads"):
         merged[key] = {k: v for k, v in stored[key].items() if k not in stages}
         merged[key].update({k: v for k, v in result[key].items() if k in stages})
-    return {**result, "rows": rows, **merged, "seconds": sum(merged["stage_seconds"].values())}
+    return {**result, "rows": rows, **merged}
 
 
 def seed_path(seed: int, quick: bool, seed_dir: Path = SEED_DIR) -> Path:
