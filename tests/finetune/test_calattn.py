@@ -523,6 +523,7 @@ def test_duplicate_classes_are_refused_for_a_dataset_too():
     with pytest.raises(ValueError, match="classes must not contain duplicates"):
         quick(classes=["cat", "cat", "emu"]).fit(dataset)
 
+
 def test_out_of_range_dataset_labels_raise():
     X, _ = image_data()
     bad = TensorDataset(torch.from_numpy(X), torch.full((len(X),), N_CLASSES))
