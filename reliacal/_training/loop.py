@@ -58,7 +58,7 @@ from reliacal._training.checkpoint import (
 from reliacal._training.evaluation import as_input, batch_length, evaluate
 from reliacal._training.guard import LastGoodWeights
 from reliacal._training.optim import Precision, make_optimizer, make_scheduler
-from reliacal._training.randomness import broadcast_seed, seed_streams, split_indices
+from reliacal._training.randomness import draw_shared_seed, loop_split, seed_streams
 from reliacal._training.results import TrainingDivergedError, TrainingResult
 from reliacal._training.selection import improves, warn_if_never_above_chance
 from reliacal._training.state import (
@@ -102,11 +102,11 @@ class Run:
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
-        split_seed, self.shuffle_seed, host_seed = seed_streams(self.seed)
+        _, self.shuffle_seed, host_seed = seed_streams(self.seed)
 
         if validation_data is None and config.validation_fraction > 0:
-            train_rows, validation_rows = split_indices(
-                len(train_data), config.validation_fraction, int(split_seed), stream="torch"
+            train_rows, validation_rows = loop_split(
+                len(train_data), config.validation_fraction, self.seed
             )
             validation_data = Subset(train_data, validation_rows.tolist())
             train_data = Subset(train_data, train_rows.tolist())
@@ -484,8 +484,7 @@ class Run:
     def _shared_seed(self) -> int:
         if self.config.random_state is not None:
             return int(self.config.random_state)
-        # Unseeded: drawn from torch's global generator, rank 0's value for all.
-        return broadcast_seed(int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64)), self.device)
+        return draw_shared_seed(self.device)
 
 
 def _training_device(device: str, distributed: bool) -> torch.device:

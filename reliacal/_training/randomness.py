@@ -17,7 +17,7 @@ import torch.distributed as dist
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
-__all__ = ["broadcast_seed", "split_indices"]
+__all__ = ["broadcast_seed", "draw_shared_seed", "loop_split", "split_indices"]
 
 SplitStream = Literal["torch", "numpy", "stratified"]
 
@@ -103,6 +103,30 @@ def seed_streams(seed: int) -> tuple[int, int, int]:
     """
     split_seed, shuffle_seed, host_seed = np.random.SeedSequence(seed).generate_state(3)
     return int(split_seed), int(shuffle_seed), int(host_seed)
+
+
+def loop_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The train and validation rows the training loop holds out for the run seed ``seed``.
+
+    The first of :func:`seed_streams` drives a ``torch.randperm`` split; an
+    estimator that needs those rows ahead of the loop (DIRECTOR scores its
+    teacher on them) gets the same ones here.
+
+    >>> train, validation = loop_split(10, 0.2, 0)
+    >>> len(train), len(validation)
+    (8, 2)
+    """
+    split_seed, _, _ = seed_streams(seed)
+    return split_indices(n, fraction, split_seed, stream="torch")
+
+
+def draw_shared_seed(device: torch.device | None = None) -> int:
+    """A run seed drawn from torch's global generator, rank 0's on every process.
+
+    What an unseeded run trains with: it follows ``torch.manual_seed``, and
+    under DDP all processes split and shuffle alike.
+    """
+    return broadcast_seed(int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64)), device)
 
 
 def broadcast_seed(seed: int, device: torch.device | None = None) -> int:

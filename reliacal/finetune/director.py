@@ -28,7 +28,7 @@ from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal._torch_estimator import TRAINING_CONSTRAINTS, resumable_seed, seeded_torch
-from reliacal._training.randomness import broadcast_seed, seed_streams, split_indices
+from reliacal._training.randomness import draw_shared_seed, loop_split
 from reliacal.backbones import as_backbone
 from reliacal.finetune._director_modules import (
     SIGMA_FLOOR,
@@ -418,9 +418,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
             # The validation split is made here, ahead of the training loop, so the
             # seed is settled here as the loop would settle it: shared by the ranks
             # and kept in checkpoint_dir, so that a resumed fit holds out the same rows.
-            drawn = int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64))
             seed = resumable_seed(
-                broadcast_seed(drawn, resolve_device(self.device)), self.checkpoint_dir
+                draw_shared_seed(resolve_device(self.device)), self.checkpoint_dir
             )
         adapter = as_backbone(self.backbone)
         # ``blocks`` raises ReconfigurationNotSupportedError (a ValueError) for
@@ -491,17 +490,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         self._warn_if_below_teacher()
 
     def _validation_split(self, dataset: Dataset, seed: int) -> tuple[Dataset, Any]:
-        """The training loop's own split, made here so that the teacher can be scored on it.
-
-        Same rows as ``fit_module`` would hold out: the first of the seed streams
-        it derives from the run seed drives a ``torch.randperm`` split.
-        """
+        """The training loop's own split, made here so that the teacher can be scored on it."""
         if not self.validation_fraction:
             return dataset, None
-        split_seed, _, _ = seed_streams(seed)
-        train_rows, validation_rows = split_indices(
-            len(dataset), self.validation_fraction, split_seed, stream="torch"
-        )
+        train_rows, validation_rows = loop_split(len(dataset), self.validation_fraction, seed)
         return Subset(dataset, train_rows.tolist()), Subset(dataset, validation_rows.tolist())
 
     def _teacher_accuracy(self, teacher: torch.nn.Module, validation: Any) -> float:
