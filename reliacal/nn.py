@@ -291,14 +291,17 @@ class DirectorLoss(_DirectorLoss):
     .. math::
 
         L = \lambda_{\text{mean}}\,\mathrm{MSE}(\mu, h^{\text{teacher}})
-            + \lambda_{\text{var}}\,\mathrm{MSE}(\sigma, 0)
+            + \lambda_{\text{var}}\,D(\sigma, \sigma^q)
             + \lambda_{\text{CE}}\,\mathrm{CE}(\text{sampled logits}, y),
 
     the loss :class:`~reliacal.finetune.DiffusionReconfigurer` minimises
-    (its defaults). Call it as ``loss_fn(module(x), y)``. Each term is also
+    (its defaults). ``D`` is the module's ``noise_error``: the squared error
+    to ``sigma^q = 0`` or, with the module's ``noise_target > 0``, a Gaussian
+    KL to that level. Call it as ``loss_fn(module(x), y)``. Each term is also
     summed, detached, per phase (training under gradients, validation under
     ``no_grad``); :meth:`epoch_means` returns the per-sample means so far
-    (``train_mean_matching``, ``val_cross_entropy``, ...) and resets them.
+    (``train_mean_matching``, ``val_cross_entropy``, ...; ``train_sigma``,
+    the RMS noise scale, from the fourth output) and resets them.
 
     Parameters
     ----------
@@ -310,7 +313,7 @@ class DirectorLoss(_DirectorLoss):
     --------
     >>> import torch
     >>> loss_fn = DirectorLoss(lambda_mean=1.0, lambda_var=0.0, lambda_ce=0.0)
-    >>> outputs = (torch.zeros(2, 3), torch.tensor([0.5, 1.5]), torch.zeros(2))
+    >>> outputs = (torch.zeros(2, 3), torch.tensor([0.5, 1.5]), torch.zeros(2), torch.zeros(2))
     >>> loss_fn(outputs, torch.tensor([0, 1])).item()  # mean of the mean errors
     1.0
     >>> loss_fn.epoch_means()["train_mean_matching"]

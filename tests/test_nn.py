@@ -314,13 +314,16 @@ def test_director_student_from_the_public_pieces_equals_the_estimators(monkeypat
 
 def test_director_loss_weights_its_three_terms():
     logits = torch.randn(4, 3)
-    mean_error, noise_error = torch.rand(4), torch.rand(4)
+    mean_error, noise_error, sigma_squared = torch.rand(4), torch.rand(4), torch.rand(4)
     y = torch.tensor([0, 1, 2, 0])
     loss = rnn.DirectorLoss(lambda_mean=2.0, lambda_var=3.0, lambda_ce=0.5)
     expected = 2.0 * mean_error.mean() + 3.0 * noise_error.mean() + 0.5 * F.cross_entropy(logits, y)
-    torch.testing.assert_close(loss((logits, mean_error, noise_error), y), expected)
+    torch.testing.assert_close(loss((logits, mean_error, noise_error, sigma_squared), y), expected)
     means = loss.epoch_means()
     assert means["train_noise_matching"] == pytest.approx(float(noise_error.mean()))
+    # The noise scale is read from the fourth output, not from the loss term.
+    assert means["train_sigma"] == pytest.approx(float(sigma_squared.mean()) ** 0.5)
+    assert means["train_sigma_steps"] == pytest.approx([float(sigma_squared.mean()) ** 0.5])
 
 
 @pytest.mark.parametrize(

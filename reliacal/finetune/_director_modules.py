@@ -563,15 +563,21 @@ def build_student(
 class DirectorTrainingModule(nn.Module):
     """Frozen teacher and trainable student together, for the shared training loop.
 
-    ``forward(x)`` returns ``(logits, mean_error, noise_error)``, each with one
-    row per sample, so that the loss can be computed from the outputs alone
-    (as DDP requires):
+    ``forward(x)`` returns ``(logits, mean_error, noise_error, sigma_squared)``,
+    each with one row per sample, so that the loss can be computed from the
+    outputs alone (as DDP requires). Averages run over the reconfigured steps
+    ``t``, the real tokens (padding excluded) and the channels:
 
-    - ``mean_error[b] = mean_t ||mu(h^q_{t-1}, t) - h^q_t||^2 / (N D)`` over the
-      reconfigured steps, teacher-forced on the teacher's recorded states
-      (padding tokens excluded);
-    - ``noise_error[b] = mean_t ||sigma(h^q_{t-1}, t) - sigma^q_t||^2 / (N D)``
-      with ``sigma^q = 0`` (a softmax-attention teacher is deterministic);
+    - ``mean_error[b] = mean ||mu(h^q_{t-1}, t) - h^q_t||^2``, teacher-forced
+      on the teacher's recorded states;
+    - ``noise_error[b]``: how far the noise is from ``sigma^q = noise_target``.
+      With ``noise_target=0`` (a softmax-attention teacher is deterministic)
+      it is ``mean sigma^2``, the squared error to 0. With ``noise_target > 0``
+      it is the Gaussian KL with equal means,
+      ``mean [log(s / sigma) + sigma^2 / (2 s^2) - 1/2]``, ``s = noise_target``:
+      zero at ``sigma = s``, and a squared error would barely pull a
+      ``sigma`` of 0.01 towards an ``s`` of 0.1 while this pulls on the log scale;
+    - ``sigma_squared[b] = mean sigma^2``, whose root is the RMS noise scale;
     - ``logits``: in training mode from one path sampled by the student's own
       rollout (reparameterised, so the cross-entropy trains the noise head);
       in evaluation mode ``log`` of the mean of ``n_eval_draws`` sampled
@@ -580,18 +586,27 @@ class DirectorTrainingModule(nn.Module):
     The teacher stays in evaluation mode whatever ``train()`` is asked.
     """
 
-    def __init__(self, teacher: nn.Module, student: DirectorStudent, n_eval_draws: int = 1):
+    def __init__(
+        self,
+        teacher: nn.Module,
+        student: DirectorStudent,
+        n_eval_draws: int = 1,
+        noise_target: float = 0.0,
+    ):
         super().__init__()
+        if noise_target < 0:
+            raise ValueError(f"noise_target must be >= 0, got {noise_target}")
         self.teacher = teacher
         self.student = student
         self.n_eval_draws = n_eval_draws
+        self.noise_target = noise_target
 
     def train(self, mode: bool = True) -> DirectorTrainingModule:
         super().train(mode)
         self.teacher.eval()
         return self
 
-    def forward(self, x: object) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, x: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         student = self.student
         n_frozen = student.depth - student.n_reconfigured
         with torch.no_grad():
@@ -621,7 +636,12 @@ class DirectorTrainingModule(nn.Module):
             return error.reshape(k, batch).mean(dim=0)
 
         mean_error = per_sample((mu - target) ** 2)
-        noise_error = per_sample(sigma**2)
+        sigma_squared = per_sample(sigma**2)
+        if self.noise_target:
+            ratio = sigma.float() / self.noise_target
+            noise_error = per_sample(0.5 * ratio**2 - torch.log(ratio) - 0.5)
+        else:
+            noise_error = sigma_squared
 
         if n_frozen:
             start, start_context = states[0], context
@@ -633,4 +653,4 @@ class DirectorTrainingModule(nn.Module):
             sampled = student.sample_from_state(start, start_context, self.n_eval_draws)
             log_probs = torch.log_softmax(sampled.float(), dim=-1)
             logits = torch.logsumexp(log_probs, dim=0) - math.log(self.n_eval_draws)
-        return logits, mean_error, noise_error
+        return logits, mean_error, noise_error, sigma_squared

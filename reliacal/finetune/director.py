@@ -54,7 +54,8 @@ class StudentBelowTeacherWarning(UserWarning):
     """
 
 
-_COMPONENTS = ("mean_matching", "noise_matching", "cross_entropy")
+# The three loss terms, then the mean of sigma^2 (what the noise scale is read from).
+_COMPONENTS = ("mean_matching", "noise_matching", "cross_entropy", "sigma_squared")
 
 
 class _DirectorLoss:
@@ -78,16 +79,17 @@ class _DirectorLoss:
         self.step_sigmas: list[torch.Tensor] = []
 
     def __call__(self, outputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
-        logits, mean_error, noise_error = outputs
+        logits, mean_error, noise_error, sigma_squared = outputs
         terms = (mean_error.mean(), noise_error.mean(), F.cross_entropy(logits.float(), y))
         phase = "train" if torch.is_grad_enabled() else "val"
         n = int(y.shape[0])
-        for name, term in zip(_COMPONENTS, terms):
+        statistics = (*terms, sigma_squared.mean())
+        for name, value in zip(_COMPONENTS, statistics):
             # Kept as tensors: reading them every step would synchronise a GPU.
-            self.sums[phase][name] = self.sums[phase][name] + term.detach().double() * n
+            self.sums[phase][name] = self.sums[phase][name] + value.detach().double() * n
         self.counts[phase] += n
         if phase == "train":
-            self.step_sigmas.append(terms[1].detach().sqrt())
+            self.step_sigmas.append(statistics[3].detach().sqrt())
         return sum(weight * term for weight, term in zip(self.weights, terms))
 
     def epoch_means(self) -> dict[str, float]:
@@ -97,10 +99,9 @@ class _DirectorLoss:
             if self.counts[phase]
             for name, total in totals.items()
         }
-        # noise_matching is the mean of sigma^2 (sigma^q = 0): its root is the RMS noise scale.
         for phase in ("train", "val"):
-            if f"{phase}_noise_matching" in means:
-                means[f"{phase}_sigma"] = means[f"{phase}_noise_matching"] ** 0.5
+            if f"{phase}_sigma_squared" in means:
+                means[f"{phase}_sigma"] = means.pop(f"{phase}_sigma_squared") ** 0.5
         if self.step_sigmas:
             # One device-to-host copy, not one sync per step.
             means["train_sigma_steps"] = torch.stack(self.step_sigmas).tolist()
@@ -178,16 +179,21 @@ class DiffusionReconfigurer(FinetuneEstimator):
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
         lambda_mean * mean_t MSE(mu(h^q_{t-1}, t), h^q_t)
-        + lambda_var * mean_t MSE(sigma(h^q_{t-1}, t), sigma^q_t)
+        + lambda_var * mean_t D(sigma(h^q_{t-1}, t), sigma^q)
         + lambda_ce * CE(classifier(h_L sampled by the student's own rollout), y)
 
     where ``h^q`` are the teacher's recorded states (teacher forcing, under
-    ``no_grad``) and ``sigma^q = 0`` (a softmax-attention teacher is
-    deterministic, so ``lambda_var`` only pulls the noise towards zero; keep it
-    0). The cross-entropy flows through the reparameterised noise, which is what
-    trains the noise head. Validation and the returned weights use the EMA of
-    the student; the validation logits are ``log`` of the mean of
-    ``n_draws`` sampled softmaxes.
+    ``no_grad``). A softmax-attention teacher is deterministic, so the
+    teacher's own noise is ``sigma^q = 0`` and ``D`` is the squared error,
+    which only pulls the noise towards zero (keep ``lambda_var`` 0 then).
+    ``noise_target = s > 0`` sets ``sigma^q = s`` instead, a prior noise level,
+    and ``D`` becomes the Gaussian KL with equal means
+    ``log(s / sigma) + sigma^2 / (2 s^2) - 1/2`` per coordinate: with
+    ``lambda_var > 0`` the noise is held near ``s`` wherever the
+    cross-entropy tolerates it. The cross-entropy flows through the
+    reparameterised noise, which is what trains the noise head. Validation
+    and the returned weights use the EMA of the student; the validation
+    logits are ``log`` of the mean of ``n_draws`` sampled softmaxes.
 
     Prediction averages ``n_draws`` sampled softmaxes (paths):
     ``p(y|x) = (1/S) sum_s softmax(z_s)``; ``n_draws=1`` is the paper's
@@ -218,6 +224,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy (the
         authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text).
+    noise_target : float, default=0.0
+        ``sigma^q``, the noise level that noise matching pulls towards: 0 (the
+        deterministic teacher's, squared error) or a prior level ``s > 0``
+        (Gaussian KL, see above). It acts only with ``lambda_var > 0``, which
+        it then requires.
     n_draws : int, default=10
         Sampled paths averaged per input by :meth:`predict_proba`,
         :meth:`decision_function`, :meth:`predict`, :meth:`uncertainty` (read
@@ -284,9 +295,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
         and the loss components ``train_mean_matching``,
         ``train_noise_matching``, ``train_cross_entropy`` (and ``val_*``);
         the noise scale ``train_sigma`` and ``val_sigma`` (root mean square of
-        ``sigma`` over tokens, channels, reconfigured steps and samples, the
-        square root of ``*_noise_matching``) and ``train_sigma_steps``, that
-        scale for each optimiser step's batch. After a resumed fit, epochs
+        ``sigma`` over tokens, channels, reconfigured steps and samples) and
+        ``train_sigma_steps``, that scale for each optimiser step's batch. After a resumed fit, epochs
         trained before the interruption carry the loop's entries only.
     teacher_val_accuracy_, student_val_accuracy_ : float
         Accuracy of the teacher and of the kept student on the validation
@@ -326,6 +336,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         lambda_mean: float = 0.5,
         lambda_var: float = 0.0,
         lambda_ce: float = 0.5,
+        noise_target: float = 0.0,
         n_draws: int = 10,
         ema_decay: float | None = 0.995,
         noise_init: float = 1e-2,
@@ -347,6 +358,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         "lambda_mean": [Interval(numbers.Real, 0, None, closed="left")],
         "lambda_var": [Interval(numbers.Real, 0, None, closed="left")],
         "lambda_ce": [Interval(numbers.Real, 0, None, closed="left")],
+        "noise_target": [Interval(numbers.Real, 0, None, closed="left")],
         "n_draws": [Interval(numbers.Integral, 1, None, closed="left")],
         "ema_decay": TRAINING_CONSTRAINTS["ema_decay"],
         "noise_init": [Interval(numbers.Real, SIGMA_FLOOR, None, closed="neither")],
@@ -364,6 +376,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
             )
         if not any((self.lambda_mean, self.lambda_var, self.lambda_ce)):
             raise ValueError("at least one of lambda_mean, lambda_var, lambda_ce must be > 0")
+        if self.noise_target and not self.lambda_var:
+            raise ValueError(
+                f"noise_target={self.noise_target} has no effect with lambda_var=0: "
+                "set lambda_var > 0 to pull the noise towards it"
+            )
 
     def _fit_dataset_labels(self, dataset: Any, n_classes: int) -> None:
         """Check that a Dataset's labels are column indices and set ``classes_``."""
@@ -452,7 +469,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
         return self
 
     def _train(self, adapter, teacher, student, dataset, seed, n_blocks: int, k: int) -> None:
-        module = DirectorTrainingModule(teacher, student, n_eval_draws=int(self.n_draws))
+        module = DirectorTrainingModule(
+            teacher, student, n_eval_draws=int(self.n_draws), noise_target=self.noise_target
+        )
         loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
         config = self._training_config(

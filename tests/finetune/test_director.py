@@ -212,7 +212,7 @@ def test_matching_error_follows_the_teacher_states_from_timm():
     module = DirectorTrainingModule(teacher, student).eval()
     x = torch.randn(4, 1, 16, 16)
     with torch.no_grad():
-        _, mean_error, noise_error = module(x)
+        _, mean_error, noise_error, sigma_squared = module(x)
         # Independent record of the block outputs: timm's own forward_intermediates.
         states = model.eval().forward_intermediates(
             x, indices=3, return_prefix_tokens=True, output_fmt="NLC", intermediates_only=True
@@ -225,6 +225,48 @@ def test_matching_error_follows_the_teacher_states_from_timm():
             expected_noise += (sigma**2).mean(dim=(1, 2)) / 2
     torch.testing.assert_close(mean_error, expected_mean)
     torch.testing.assert_close(noise_error, expected_noise)
+    torch.testing.assert_close(sigma_squared, expected_noise)
+
+
+def test_noise_target_makes_noise_matching_a_gaussian_kl():
+    teacher = frozen_adapter(tiny_vit())
+    torch.manual_seed(0)
+    student = build_student(teacher, n_reconfigured=2, noise_init=0.05)
+    x = torch.randn(3, 1, 16, 16)
+    with torch.no_grad():
+        _, _, kl, sigma_squared = DirectorTrainingModule(teacher, student, noise_target=0.1)(x)
+        _, _, at_target, _ = DirectorTrainingModule(teacher, student, noise_target=0.05)(x)
+    # sigma starts at exactly 0.05 everywhere; KL(N(m, 0.05^2) || N(m, 0.1^2)) by hand:
+    expected = math.log(0.1 / 0.05) + 0.05**2 / (2 * 0.1**2) - 0.5
+    torch.testing.assert_close(kl, torch.full((3,), expected))
+    torch.testing.assert_close(at_target, torch.zeros(3), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sigma_squared, torch.full((3,), 0.05**2))
+    with pytest.raises(ValueError, match="noise_target"):
+        DirectorTrainingModule(teacher, student, noise_target=-0.1)
+
+
+def test_noise_target_holds_the_learned_noise_near_the_prior(digits, trained_teacher):
+    X, y = digits
+    settings = dict(
+        reconfigure=1,
+        max_epochs=3,
+        batch_size=32,
+        learning_rate=1e-2,
+        warmup_epochs=0.5,
+        ema_decay=None,
+        noise_init=0.01,
+        n_draws=2,
+        device="cpu",
+        random_state=0,
+    )
+    plain = DiffusionReconfigurer(trained_teacher, **settings).fit(X[:200], y[:200])
+    prior = DiffusionReconfigurer(
+        trained_teacher, lambda_var=1.0, noise_target=0.2, **settings
+    ).fit(X[:200], y[:200])
+    # Without the prior the cross-entropy barely moves sigma from 0.01; the KL pulls it up.
+    assert plain.history_[-1]["train_sigma"] < 0.05
+    assert prior.history_[-1]["train_sigma"] > 0.1
+    assert prior.history_[-1]["train_noise_matching"] < prior.history_[0]["train_noise_matching"]
 
 
 def test_student_readout_starts_as_the_teacher_classifier():
@@ -241,7 +283,7 @@ def test_cross_entropy_reaches_the_noise_head_through_the_sampled_path():
     teacher = frozen_adapter(tiny_vit())
     student = build_student(teacher, n_reconfigured=3)
     module = DirectorTrainingModule(teacher, student).train()
-    logits, _, _ = module(torch.randn(4, 1, 16, 16))
+    logits, *_ = module(torch.randn(4, 1, 16, 16))
     nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 3])).backward()
     assert student.step.noise_head.offset.grad.abs().sum() > 0
     assert all(p.grad is None for p in teacher.parameters())
@@ -469,6 +511,8 @@ def test_clone_and_get_params():
         ({"lambda_mean": -1.0}, "lambda_mean"),
         ({"lambda_mean": 0.0, "lambda_ce": 0.0}, "at least one"),
         ({"noise_init": 0.0}, "noise_init"),
+        ({"noise_target": -0.1}, "noise_target"),
+        ({"noise_target": 0.1}, "no effect with lambda_var=0"),
         ({"n_draws": 0}, "n_draws"),
         ({"classes": [0, 1]}, "one label per column"),
     ],
