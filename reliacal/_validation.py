@@ -54,6 +54,12 @@ def is_torch_module(value: object) -> bool:
     return torch is not None and isinstance(value, torch.nn.Module)
 
 
+def is_torch_tensor(value: object) -> bool:
+    """Whether ``value`` is a ``torch.Tensor``, without importing torch (as above)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def to_numpy(values, name: str) -> np.ndarray:
     """Return ``values`` as a numpy array, without copying numpy input.
 
@@ -76,7 +82,7 @@ def to_numpy(values, name: str) -> np.ndarray:
     >>> to_numpy([[1, 2]], "X").shape
     (1, 2)
     """
-    if type(values).__module__.startswith("torch"):
+    if is_torch_tensor(values):
         tensor = values.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
             tensor = tensor.float()
@@ -354,7 +360,7 @@ def _index_labels(y_true: np.ndarray, n_classes: int, labels) -> tuple[np.ndarra
 
 def _row_sum_tolerance(values) -> float:
     """Tolerance for the row sums of ``values`` (before any conversion)."""
-    if type(values).__module__.startswith("torch"):
+    if is_torch_tensor(values):
         itemsize = values.element_size() if values.is_floating_point() else 8
     else:
         try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import is_torch_module
+from .._validation import is_torch_module, is_torch_tensor
 
 __all__ = ["Decoder", "Encoder", "class_path", "resolve_class"]
 
@@ -158,7 +158,7 @@ class Encoder:
             from ._networks import encode_network
 
             return encode_network(self, value, where)
-        if type(value).__module__.split(".")[0] == "torch" and type(value).__name__ == "Tensor":
+        if is_torch_tensor(value):
             return self.tensor(value)
         if hasattr(value, "get_params"):
             return self.estimator(value, where)

@@ -85,6 +85,7 @@ from .._validation import (
     check_logits,
     check_probabilities,
     encode_labels,
+    is_torch_tensor,
     to_numpy,
 )
 from ._parameters import spell_out_init_signature, with_base_parameters_doc
@@ -116,12 +117,8 @@ class ConvergenceWarning(_SklearnConvergenceWarning):
     """
 
 
-def _is_torch_object(value: Any) -> bool:
-    return type(value).__module__.startswith("torch")
-
-
 def _labels_to_numpy(y: Any) -> np.ndarray:
-    if _is_torch_object(y):
+    if is_torch_tensor(y):
         y = y.detach().cpu().numpy()
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
@@ -510,7 +507,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         return np.log(np.maximum(probabilities, tiny))
 
     def _logits_mode_inputs(self, X: Any, reset: bool):
-        from_torch = _is_torch_object(X)
+        from_torch = is_torch_tensor(X)
         values = to_numpy(X, "X") if from_torch else X
         fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
         if np.ndim(values) == 1 and not fitted_on_columns:
