@@ -291,8 +291,8 @@ class CalibratedClassifier(
             calibrator = self._fit_calibrator(estimator, X, self._encode_labels(y), sample_weight)
             pairs = [(estimator, calibrator)]
         else:
-            self.classes_ = np.unique(y)
-            y_index = self._encode_labels(y)
+            # One sort gives the classes and every row's column.
+            self.classes_, y_index = np.unique(y, return_inverse=True)
             splits = list(check_cv(self.cv, y, classifier=True).split(X, y))
             ensemble = True if self.ensemble == "auto" else self.ensemble
             pairs = (
