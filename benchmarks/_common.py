@@ -50,17 +50,21 @@ def peak_bytes():
 """
 
 
-def draw_row_group(rng: np.random.Generator, size: int, n_classes: int):
-    """``size`` rows of Dirichlet(0.3) float32 probabilities and labels drawn from them.
+def row_groups(seed: int, rows: int, n_classes: int, group_rows: int):
+    """Yield ``(start, probs, labels)`` for ``rows`` synthetic rows, ``group_rows`` at a time.
 
-    The synthetic predictions of the memory benchmarks (``cli_memory.py``,
-    ``evaluate_at_scale.py`` and its oracle), drawn block by block.
+    Dirichlet(0.3) float32 probabilities and labels drawn from them: the
+    predictions of the memory benchmarks (``cli_memory.py``,
+    ``evaluate_at_scale.py`` and its oracle), which all draw the same rows
+    from the same seed and group size.
     """
-    probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
-    probs /= probs.sum(axis=1, keepdims=True)
-    draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
-    labels = np.minimum(draws.sum(axis=1), n_classes - 1)
-    return probs, labels
+    rng = np.random.default_rng(seed)
+    for start in range(0, rows, group_rows):
+        size = min(group_rows, rows - start)
+        probs = rng.dirichlet(np.full(n_classes, 0.3), size=size).astype(np.float32)
+        probs /= probs.sum(axis=1, keepdims=True)
+        draws = rng.random(size)[:, None] > np.cumsum(probs, axis=1)
+        yield start, probs, np.minimum(draws.sum(axis=1), n_classes - 1)
 
 
 def command_line(script: str, argv: Sequence[str] | None = None) -> str:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import PEAK_BYTES_SOURCE, draw_row_group
+from _common import PEAK_BYTES_SOURCE, row_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,12 +47,9 @@ print(status, before, peak_bytes())
 
 def write_file(path: Path, n: int, k: int, seed: int = 0) -> None:
     """Dirichlet probabilities in float32 and labels drawn from them, written in blocks."""
-    rng = np.random.default_rng(seed)
     probs = np.empty((n, k), dtype=np.float32)
     labels = np.empty(n, dtype=np.int64)
-    block = 1_000_000
-    for start in range(0, n, block):
-        part, part_labels = draw_row_group(rng, min(block, n - start), k)
+    for start, part, part_labels in row_groups(seed, n, k, 1_000_000):
         probs[start : start + len(part)] = part
         labels[start : start + len(part)] = part_labels
     np.savez(path, probs=probs, labels=labels)

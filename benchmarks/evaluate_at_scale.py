@@ -34,13 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from _common import (
     PEAK_BYTES_SOURCE,
     add_output_argument,
-    draw_row_group,
     header,
     load_average,
+    row_groups,
     write_results,
 )
 
@@ -103,13 +102,11 @@ def write_parquet(path: Path, rows: int, n_classes: int, row_group_rows: int, se
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rng = np.random.default_rng(seed)
     schema = pa.schema(
         [(f"p{k}", pa.float32()) for k in range(n_classes)] + [("label", pa.int64())]
     )
     with pq.ParquetWriter(path, schema) as writer:
-        for start in range(0, rows, row_group_rows):
-            probs, labels = draw_row_group(rng, min(row_group_rows, rows - start), n_classes)
+        for _, probs, labels in row_groups(seed, rows, n_classes, row_group_rows):
             arrays = [pa.array(probs[:, k]) for k in range(n_classes)] + [pa.array(labels)]
             writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
 

@@ -2,7 +2,7 @@
 
 Regenerates the benchmark's rows in memory (the same generator, seed and row
 groups as ``evaluate_at_scale.write_parquet``, through
-``_common.draw_row_group``, without a file) and computes the top-label ECE
+``_common.row_groups``, without a file) and computes the top-label ECE
 with 15 equal-width bins from per-bin float64 sums in NumPy alone: no
 reliacal, no torchmetrics. Interior bin edges go to the lower bin; with
 float32 confidences a row on an edge is rare enough not to show in the
@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import draw_row_group
+from _common import row_groups
 
 
 def oracle_ece(rows: int, n_classes: int, row_group_rows: int, n_bins: int = 15) -> float:
     counts = np.zeros(n_bins)
     confidence_sums = np.zeros(n_bins)
     correct_sums = np.zeros(n_bins)
-    rng = np.random.default_rng(0)
-    for start in range(0, rows, row_group_rows):
-        probs, labels = draw_row_group(rng, min(row_group_rows, rows - start), n_classes)
+    for _, probs, labels in row_groups(0, rows, n_classes, row_group_rows):
         confidence = probs.max(axis=1).astype(np.float64)
         correct = (probs.argmax(axis=1) == labels).astype(np.float64)
         bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
