@@ -11,9 +11,22 @@ from reliacal._validation import (
     check_probabilities,
     check_scores_and_target,
     encode_labels,
+    is_torch_tensor,
+    to_numpy,
 )
 
 PROBS = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.4, 0.3]])
+
+
+def test_torch_tensors_are_told_from_other_torch_objects():
+    assert is_torch_tensor(torch.zeros(2))
+    assert is_torch_tensor(torch.nn.Parameter(torch.zeros(2)))  # a Tensor subclass
+    assert not is_torch_tensor(torch.Size([2, 3]))  # torch's, but not a tensor
+    assert not is_torch_tensor(np.zeros(2))
+    # torch.Size goes the array route (the module-name test sent it to .detach()).
+    np.testing.assert_array_equal(to_numpy(torch.Size([2, 3]), "shape"), [2, 3])
+    parameter = torch.nn.Parameter(torch.ones(2))
+    np.testing.assert_array_equal(to_numpy(parameter, "weights"), [1.0, 1.0])
 
 
 def test_integer_labels_are_column_indices():

@@ -158,7 +158,8 @@ class Encoder:
             from ._networks import encode_network
 
             return encode_network(self, value, where)
-        if is_torch_tensor(value):
+        # A plain tensor only: a Parameter or another subclass would load back as a Tensor.
+        if is_torch_tensor(value) and type(value).__name__ == "Tensor":
             return self.tensor(value)
         if hasattr(value, "get_params"):
             return self.estimator(value, where)
