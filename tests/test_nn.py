@@ -324,6 +324,9 @@ def test_director_loss_weights_its_three_terms():
     # The noise scale is read from the fourth output, not from the loss term.
     assert means["train_sigma"] == pytest.approx(float(sigma_squared.mean()) ** 0.5)
     assert means["train_sigma_steps"] == pytest.approx([float(sigma_squared.mean()) ** 0.5])
+    # Three outputs (before the fourth existed): the noise matching was the mean of sigma^2.
+    loss((logits, mean_error, noise_error), y)
+    assert loss.epoch_means()["train_sigma"] == pytest.approx(float(noise_error.mean()) ** 0.5)
 
 
 @pytest.mark.parametrize(

@@ -631,8 +631,8 @@ class DirectorTrainingModule(nn.Module):
             weights = mask.repeat(k, 1).to(mu.dtype)
         per_token = weights / weights.sum(dim=1, keepdim=True) / mu.shape[-1]
 
-        def per_sample(squared: Tensor) -> Tensor:
-            error = (squared.float().sum(dim=-1) * per_token.float()).sum(dim=1)
+        def per_sample(values: Tensor) -> Tensor:
+            error = (values.float().sum(dim=-1) * per_token.float()).sum(dim=1)
             return error.reshape(k, batch).mean(dim=0)
 
         mean_error = per_sample((mu - target) ** 2)
