@@ -178,7 +178,7 @@ def run_digits_seed(seed: int, quick: bool) -> dict:
         director = DiffusionReconfigurer(teacher, **director_kwargs(seed, quick, **extra))
         director.fit(splits.X_train, splits.y_train)
         row["director_fit_s"][label] = time.perf_counter() - start
-        row["director_sigma"][label] = director.history_[-1]["train_noise_matching"] ** 0.5
+        row["director_sigma"][label] = director.history_[-1]["train_sigma"]
         ten_paths = _with_draws(director, 10)
         methods += [
             Method(f"{label}, 1 path", _with_draws(director, 1).predict_proba),
