@@ -26,6 +26,7 @@ NAME=VALUE`` sets a ``CalAttnFinetuner`` parameter of the CalAttn fits only
 from __future__ import annotations
 
 import argparse
+import ast
 import statistics
 import time
 
@@ -290,7 +291,7 @@ def report(results, timing, sizes, seeds, epochs, argv, elapsed, calattn_options
         "split with the scale fixed to 1. CalAttn = the default [CLS] scale head "
         "(Linear(64, 128), GELU, Linear(128, 1), Softplus + 1e-6)"
         + (
-            f", with {', '.join(f'{k}={v:g}' for k, v in calattn_options.items())}."
+            f", with {', '.join(f'{k}={v!r}' for k, v in calattn_options.items())}."
             if calattn_options
             else "."
         ),
@@ -372,6 +373,15 @@ def report(results, timing, sizes, seeds, epochs, argv, elapsed, calattn_options
     return "\n".join(lines) + "\n"
 
 
+def _option(text: str) -> tuple[str, object]:
+    """``NAME=VALUE`` as a parameter: a Python literal (``64``, ``5e-3``, ``None``) or a string."""
+    name, _, value = text.partition("=")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _common.add_seeds_argument(parser, [0, 1, 2])
@@ -383,7 +393,7 @@ def main(argv=None):
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a CalAttnFinetuner parameter for the CalAttn fits only (a number), repeatable",
+        help="a CalAttnFinetuner parameter for the CalAttn fits only, repeatable",
     )
     _common.add_output_argument(parser, "calattn_digits.md")
     args = parser.parse_args(argv)
@@ -394,10 +404,7 @@ def main(argv=None):
 
     start = time.perf_counter()
     losses = [loss for loss in LOSSES if args.losses is None or loss[0] in args.losses]
-    options = {
-        name: float(value)
-        for name, value in (option.split("=", 1) for option in args.calattn_option)
-    }
+    options = dict(_option(text) for text in args.calattn_option)
     results, models, sizes = run_quality(args.seeds, args.epochs, log, losses, options)
     timing = run_timing(models, args.timing_steps, log) if args.timing_steps else []
     elapsed = time.perf_counter() - start
