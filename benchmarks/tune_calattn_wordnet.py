@@ -50,9 +50,10 @@ for ``text_wordnet.py``):
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --quick         # smoke run
 
 Budget: the full grid is 3 x 2 x 2 x 3 = 36 CalAttn fits and 12 plain ones on
-4,000 training glosses for 2 epochs; text_wordnet.py measured one such
-fine-tuning at roughly 2-5 minutes per 4,000 glosses and epoch on 2 CPU
-cores, so about 4-8 hours on a CPU (minutes on a GPU: ``--device cuda``).
+4,000 training glosses for 2 epochs. The slice in the results file took
+160-189 s a fit and about 3.5 minutes a point with the evaluation, on 2 quiet
+CPU cores, so the grid is about 3 hours on a CPU (minutes on a GPU:
+``--device cuda``).
 ``--quick`` (96 training glosses, 1 epoch, 2 CalAttn points and their plain
 twin) only checks that the script runs; its numbers mean nothing.
 """
