@@ -262,6 +262,11 @@ def replace_with_unk(encoded: dict[str, list], tokenizer, fraction: float, seed:
     return {**encoded, "input_ids": shifted}
 
 
+def encode_glosses(tokenizer, texts: list[str]) -> dict[str, list]:
+    """Word-piece ids of ``texts``, cut at ``MAX_LENGTH``, not padded (batches pad)."""
+    return dict(tokenizer(texts, truncation=True, max_length=MAX_LENGTH))
+
+
 def build_data(budget: Budget, seed: int, wordnet_dir) -> dict:
     import transformers
 
@@ -271,7 +276,7 @@ def build_data(budget: Budget, seed: int, wordnet_dir) -> dict:
     parts = stratified_split(nouns.target, budget, seed)
 
     def encode(texts):
-        return dict(tokenizer(texts, truncation=True, max_length=MAX_LENGTH))
+        return encode_glosses(tokenizer, texts)
 
     data = {}
     for name, index in parts.items():
@@ -330,6 +335,18 @@ def ood_auroc(in_scores: np.ndarray, out_scores: np.ndarray) -> float:
     return float(roc_auc_score(truth, np.r_[in_scores, out_scores]))
 
 
+def ood_aurocs(in_proba, out_proba, in_mi=None, out_mi=None) -> dict[str, float]:
+    """AUROC of telling OOD from in-distribution inputs by 1 - max probability, by
+    entropy and, given per-input mutual information, by it."""
+    aurocs = {
+        "auroc_maxprob": ood_auroc(1 - in_proba.max(1), 1 - out_proba.max(1)),
+        "auroc_entropy": ood_auroc(entropy(in_proba), entropy(out_proba)),
+    }
+    if in_mi is not None:
+        aurocs["auroc_mi"] = ood_auroc(in_mi, out_mi)
+    return aurocs
+
+
 @dataclass
 class Predictions:
     """What one method predicts on the test, shifted-test and OOD sets."""
@@ -347,10 +364,9 @@ def report(name, predictions: Predictions, data, fit_s, predict_s, parameters) -
     row = {"method": name, "fit_s": fit_s, "predict_s": predict_s, "parameters": parameters}
     row.update(quality(y_test, predictions.test))
     row.update({f"shift_{k}": v for k, v in quality(y_test, predictions.shift).items()})
-    row["auroc_maxprob"] = ood_auroc(1 - predictions.test.max(1), 1 - predictions.ood.max(1))
-    row["auroc_entropy"] = ood_auroc(entropy(predictions.test), entropy(predictions.ood))
-    if predictions.mi_test is not None:
-        row["auroc_mi"] = ood_auroc(predictions.mi_test, predictions.mi_ood)
+    row.update(
+        ood_aurocs(predictions.test, predictions.ood, predictions.mi_test, predictions.mi_ood)
+    )
     return row
 
 

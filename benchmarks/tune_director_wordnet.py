@@ -44,19 +44,17 @@ import _common
 import numpy as np
 import torch
 from text_wordnet import (
-    MAX_LENGTH,
     N_PATHS,
     QUICK,
     RESULTS,
     Budget,
     Glosses,
     build_data,
-    entropy,
+    encode_glosses,
     fitted_director,
     length_order,
     loader,
-    minilm_folder,
-    ood_auroc,
+    ood_aurocs,
     quality,
 )
 
@@ -77,17 +75,12 @@ POINTS = {
 }
 
 
-def verb_glosses(seed: int, wordnet_dir) -> Glosses:
-    """``N_VERBS`` verb glosses, encoded as the nouns are and sorted by length."""
-    import transformers
-
+def verb_glosses(data: dict, seed: int, wordnet_dir) -> Glosses:
+    """``N_VERBS`` verb glosses, encoded as ``data``'s nouns are and sorted by length."""
     verbs = load_wordnet_glosses("verb", wordnet_dir=wordnet_dir)
     index = np.random.default_rng(seed).choice(len(verbs.data), N_VERBS, replace=False)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder())
-    encoded = dict(
-        tokenizer([verbs.data[i] for i in index], truncation=True, max_length=MAX_LENGTH)
-    )
-    glosses = Glosses(encoded, None)
+    tokenizer = data["collate"].tokenizer  # the nouns' tokenizer, loaded once
+    glosses = Glosses(encode_glosses(tokenizer, [verbs.data[i] for i in index]), None)
     return glosses.reordered(length_order(glosses))
 
 
@@ -101,10 +94,13 @@ def evaluate_point(name: str, data: dict, budget: Budget, log) -> dict:
     (proba, table), (verb_proba, verb_table) = scored["calibration"], scored["verbs"]
     row = {"point": name, "options": POINTS[name], "fit_s": fit_s}
     row.update(quality(data["calibration"].labels, proba))
-    row["auroc_maxprob"] = ood_auroc(1 - proba.max(1), 1 - verb_proba.max(1))
-    row["auroc_entropy"] = ood_auroc(entropy(proba), entropy(verb_proba))
-    row["auroc_mi"] = ood_auroc(
-        table["mutual_information"].to_numpy(), verb_table["mutual_information"].to_numpy()
+    row.update(
+        ood_aurocs(
+            proba,
+            verb_proba,
+            table["mutual_information"].to_numpy(),
+            verb_table["mutual_information"].to_numpy(),
+        )
     )
     row["mean_mi"] = float(table["mutual_information"].mean())
     row["train_sigma"] = [epoch["train_sigma"] for epoch in director.history_]
@@ -195,7 +191,7 @@ def main(argv=None) -> None:
 
     budget = QUICK if args.quick else Budget()
     data = build_data(budget, SEED, args.wordnet_dir)
-    data["verbs"] = verb_glosses(SEED, args.wordnet_dir)
+    data["verbs"] = verb_glosses(data, SEED, args.wordnet_dir)
     for name in args.points:
         path = point_dir / f"{name.replace(' ', '-')}-seed{SEED}.json"
         # A saved point is reused only if it was made with today's options.
