@@ -297,7 +297,6 @@ def _calattn(context: DemoContext) -> Any:
         max_epochs=2 if context.quick else 30,
         learning_rate=5e-4,
         validation_fraction=0.15,
-        selection_metric="nll",
         random_state=context.random_state,
     )
 

@@ -20,7 +20,7 @@ SHARED = {
 }
 # Each method's own recipe, as its docstring documents it.
 RECIPES = {
-    CalAttnFinetuner: {"max_epochs": 10, "learning_rate": 1e-4, "selection_metric": "ece"},
+    CalAttnFinetuner: {"max_epochs": 10, "learning_rate": 1e-4, "selection_metric": "nll"},
     DiffusionReconfigurer: {"max_epochs": 30, "learning_rate": 1e-3, "selection_metric": "nll"},
 }
 
