@@ -213,9 +213,16 @@ class DiffusionReconfigurer(FinetuneEstimator):
         reconfiguration support). It is never modified: ``fit`` works on a copy.
     depth : int, default=1
         DiT blocks in the shared transition network (1 for small teachers,
-        about 4 at ViT-B scale).
+        about 4 at ViT-B scale). On MiniLM (6 blocks, the last 2
+        reconfigured) a second block did not lower the NLL and ranked OOD
+        inputs worse by mutual information
+        (``benchmarks/results/tune_director_wordnet.md``, "transition").
     reconfigure : "all" or int, default="all"
-        Replace all blocks, or only the last ``k`` (``1 <= k <= L``).
+        Replace all blocks, or only the last ``k`` (``1 <= k <= L``). On a
+        MiniLM tuning split (same file) the last 3 of 6 blocks gave a lower
+        NLL than the last 2 and the last 1 a higher one, while the mutual
+        information ranked OOD inputs best with 2; the WordNet benchmark
+        uses 2 and has not yet been run with 3.
     anchor : {"teacher", "none"}, default="teacher"
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
@@ -228,7 +235,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         unanchored, teacher 35.2%).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy (the
-        authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text).
+        authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text). On
+        MiniLM the text weights gave the same NLL as the defaults but ranked
+        OOD inputs worse by mutual information (same file), so the defaults
+        serve text too.
     noise_target : float, default=0.0
         ``sigma^q``, the noise level that noise matching pulls towards: 0 (the
         deterministic teacher's, squared error) or a prior level ``s > 0``
