@@ -221,8 +221,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Replace all blocks, or only the last ``k`` (``1 <= k <= L``). On a
         MiniLM tuning split (same file) the last 3 of 6 blocks gave a lower
         NLL than the last 2 and the last 1 a higher one, while the mutual
-        information ranked OOD inputs best with 2; the WordNet benchmark
-        uses 2 and has not yet been run with 3.
+        information ranked OOD inputs best with 2. On the test split
+        (``benchmarks/results/text_wordnet.md``) 3 blocks lowered the NLL a
+        little but made 10-path prediction slower than 10-pass MC dropout,
+        so the WordNet benchmark keeps 2.
     anchor : {"teacher", "none"}, default="teacher"
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
