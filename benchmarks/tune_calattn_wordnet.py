@@ -93,6 +93,7 @@ from text_wordnet import (
     stratified_split,
 )
 
+from reliacal._training.selection import improves
 from reliacal.datasets import load_wordnet_glosses
 from reliacal.finetune import CalAttnFinetuner
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
@@ -301,19 +302,17 @@ def choose(rows: list[dict]) -> tuple[dict | None, str]:
     )
 
 
-# The validation score each selection metric reads, and whether higher is better.
-SELECTION_SCORES = {
-    "nll": ("val_nll", False),
-    "ece": ("val_ece", False),
-    "accuracy": ("val_accuracy", True),
-}
-
-
 def kept_epoch(history: list[dict], metric: str) -> int:
-    """The epoch ``metric`` would keep, read from a fit's validation history."""
-    key, higher = SELECTION_SCORES[metric]
-    sign = -1 if higher else 1
-    return min(history, key=lambda epoch: sign * epoch[key])["epoch"]
+    """The epoch the training loop's selection rule keeps under ``metric``, from a history.
+
+    The chance rule is left out (``chance=None``): every epoch of these runs is far
+    above the 26-class chance level.
+    """
+    kept = None
+    for epoch in history:
+        if improves(epoch, kept, metric=metric, chance=None):
+            kept = epoch
+    return kept["epoch"]
 
 
 def scores(history: list[dict]) -> list[dict]:
