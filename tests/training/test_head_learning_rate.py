@@ -99,7 +99,8 @@ def test_the_schedule_scales_both_rates_alike():
     np.testing.assert_allclose([g["lr"] for g in optimizer.param_groups], [7.5e-4, 7.5e-3])
 
 
-def test_calattn_puts_its_scale_head_in_the_head_group(monkeypatch):
+def calattn_groups(monkeypatch, **options):
+    """The fitted network of a tiny CalAttn fit, and the optimiser groups it got."""
     from timm.models.vision_transformer import VisionTransformer
 
     from reliacal.finetune import CalAttnFinetuner
@@ -123,13 +124,33 @@ def test_calattn_puts_its_scale_head_in_the_head_group(monkeypatch):
         max_epochs=1,
         batch_size=8,
         learning_rate=1e-4,
-        head_learning_rate=2e-3,
         validation_fraction=0.0,
         device="cpu",
         random_state=0,
+        **options,
     ).fit(X, y)
     ((network, groups),) = seen
+    assert model.get_params()["head_learning_rate"] == options.get("head_learning_rate")
+    return network, groups
+
+
+@pytest.mark.parametrize("calibration_head", [True, "global"])
+def test_calattn_puts_its_scale_in_the_head_group(monkeypatch, calibration_head):
+    network, groups = calattn_groups(
+        monkeypatch, head_learning_rate=2e-3, calibration_head=calibration_head
+    )
     assert [group["lr"] for group in groups] == [1e-4, 2e-3]
     head_ids = {id(p) for p in groups[1]["params"]}
     assert head_ids == {id(p) for p in network.scale_head.parameters()}
-    assert model.get_params()["head_learning_rate"] == 2e-3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"calibration_head": False, "head_learning_rate": 2e-3}],
+    ids=["default", "no head to split off"],
+)
+def test_calattn_trains_in_one_group_without_a_separate_head(monkeypatch, options):
+    network, groups = calattn_groups(monkeypatch, **options)
+    (group,) = groups
+    assert group["lr"] == 1e-4
+    assert len(group["params"]) == len(list(network.parameters()))
