@@ -135,12 +135,13 @@ class CalAttnFinetuner(FinetuneEstimator):
         (``benchmarks/results/tune_calattn_wordnet.md``); what that recipe
         changes on the test split is in ``benchmarks/results/text_wordnet.md``:
         a lower ECE before temperature scaling and a lower NLL, a tie after
-        it. On the digits ViT (``benchmarks/results/calattn_digits_head_lr_10x.md``
-        against ``calattn_digits_10_seeds.md``, 10 seeds, four base losses)
-        the 10-fold rate lowered the ECE before temperature scaling for CE
-        and CE + Brier, raised it for focal loss, and after it moved no
-        loss beyond the seed spread. So the default stays one rate; pass ``10 * learning_rate`` for a
-        pre-trained text backbone.
+        it. On the digits ViT
+        (``benchmarks/results/calattn_digits_head_lr_10x.md`` against
+        ``calattn_digits_10_seeds.md``, 10 seeds, four base losses) the
+        10-fold rate lowered the ECE before temperature scaling for CE and
+        CE + Brier, raised it for focal loss, and after it moved no loss
+        beyond the seed spread. So the default stays one rate; pass
+        ``10 * learning_rate`` for a pre-trained text backbone.
     selection_metric : {"nll", "ece", "accuracy", "loss"}, default="nll"
         The validation score that picks the kept epoch (lowest NLL, ECE or
         loss, highest accuracy). Chosen on the same tuning split: the lowest
