@@ -973,17 +973,18 @@ def merge(runs: list[dict], smoke: bool) -> str:
         "",
     ]
     lines += [standing(runs, name) for name in STANDINGS if name in methods]
-    # What the per-sample head adds beyond one learned logit scale (issue 15's control).
-    for control_name in ("global scale CE + 0.1 Brier", "global scale from ln 2, CE + 0.1 Brier"):
+    # What the per-sample head adds beyond one learned logit scale (issue 15's controls),
+    # and what the tuned recipe changes against the benchmark's shared one; each with TS too.
+    shared = "CalAttn CE + 0.1 Brier"
+    calattn_pairs = (
+        (shared, "global scale CE + 0.1 Brier"),
+        (shared, "global scale from ln 2, CE + 0.1 Brier"),
+        (TUNED_CALATTN_NAME, shared),
+    )
+    for name, reference in calattn_pairs:
         for suffix in ("", " + TS"):
-            head, control = f"CalAttn CE + 0.1 Brier{suffix}", f"{control_name}{suffix}"
-            if head in methods and control in methods:
-                lines.append(standing(runs, head, reference=control))
-    # What the tuned recipe changes against the benchmark's shared one.
-    for suffix in ("", " + TS"):
-        tuned, shared = f"{TUNED_CALATTN_NAME}{suffix}", f"CalAttn CE + 0.1 Brier{suffix}"
-        if tuned in methods and shared in methods:
-            lines.append(standing(runs, tuned, reference=shared))
+            if f"{name}{suffix}" in methods and f"{reference}{suffix}" in methods:
+                lines.append(standing(runs, f"{name}{suffix}", reference=f"{reference}{suffix}"))
     # What the noise prior and the last 3 blocks change in DIRECTOR, MI ranking included.
     plain = f"DIRECTOR ({N_PATHS} paths)"
     for variant in (NOISE_PRIOR_NAME, TUNED_DIRECTOR_NAME):
