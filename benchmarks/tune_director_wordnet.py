@@ -138,11 +138,8 @@ def path_blocks(options: dict) -> int:
     return options.get("reconfigure", DIRECTOR_BLOCKS) * options.get("depth", 1)
 
 
-def choose(rows: list[dict], names, score: str, higher: bool) -> dict | None:
+def choose(rows: list[dict], default: dict, names, score: str, higher: bool) -> dict:
     """The best of the default and ``names`` by ``score``, among those within the slack."""
-    default = next((row for row in rows if row["point"] == "default"), None)
-    if default is None:
-        return None
     eligible = [
         row
         for row in rows
@@ -193,11 +190,11 @@ def report(rows: list[dict]) -> str:
     ]
     default = next((row for row in rows if row["point"] == "default"), None)
     for question, (names, score, higher) in QUESTIONS.items():
-        chosen = choose(rows, names, score, higher)
         ran = [row["point"] for row in rows if row["point"] in names]
-        if chosen is None or not ran:
+        if default is None or not ran:
             lines.append(f"- {question}: no choice (the default or its points have not run).")
             continue
+        chosen = choose(rows, default, names, score, higher)
         gain = chosen[score] - default[score]
         lines.append(
             f"- {question} ({'highest' if higher else 'lowest'} {score}; ran: "
