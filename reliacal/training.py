@@ -72,8 +72,10 @@ class TrainingConfig:
         in ``milestones`` is reached; ``"constant"`` keeps it.
     warmup_epochs : float, default=1.0
         Linear warm-up length in epochs (may be fractional), applied before any
-        schedule: step ``s`` (0-based) of the warm-up uses
-        ``learning_rate * (s + 1) / warmup_steps``. Set 0 to disable.
+        schedule: ``warmup_steps = round(warmup_epochs * steps_per_epoch)``
+        (Python's ``round``: halves go to the even number), and step ``s``
+        (0-based) of the warm-up uses ``learning_rate * (s + 1) / warmup_steps``.
+        Set 0 to disable.
     milestones : tuple of int, default=()
         Epochs (0-based) from which the ``"step"`` schedule lowers the rate.
     gamma : float, default=0.1

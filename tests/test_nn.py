@@ -23,7 +23,7 @@ from reliacal.finetune import (
     director,
 )
 from reliacal.finetune.losses import brier_loss, focal_loss
-from reliacal.metrics import expected_calibration_error
+from reliacal.metrics import negative_log_likelihood
 from reliacal.training import TrainingResult
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -59,7 +59,7 @@ def train_in_a_plain_loop(
     global torch generator (dropout) from the host seed mixed with rank 0, and steps AdamW
     with gradient clipping and a per-step warm-up + cosine schedule. With a validation
     fraction, the estimator holds out a stratified split seeded with the initialisation
-    seed and keeps the weights of the epoch with the lowest validation ECE (15 bins).
+    seed and keeps the weights of the epoch with the lowest validation NLL.
     Returns the model and the 1-based epoch whose weights it holds.
     """
     init_seed = int(np.random.RandomState(random_state).randint(np.iinfo(np.int32).max))
@@ -85,7 +85,8 @@ def train_in_a_plain_loop(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.05)
     steps_per_epoch = math.ceil(len(X_train) / batch_size)
-    warmup, total = steps_per_epoch, epochs * steps_per_epoch  # warmup_epochs=1
+    # warmup_epochs=0.5, rounded to whole steps (halves to even), as TrainingConfig documents.
+    warmup, total = round(0.5 * steps_per_epoch), epochs * steps_per_epoch
 
     def warmup_cosine(step):
         if step < warmup:
@@ -93,7 +94,7 @@ def train_in_a_plain_loop(
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine)
-    best_ece, best_state, best_epoch = math.inf, None, epochs
+    best_nll, best_state, best_epoch = math.inf, None, epochs
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(rank0_seed)
         for epoch in range(epochs):
@@ -107,21 +108,21 @@ def train_in_a_plain_loop(
                 optimizer.step()
                 scheduler.step()
             if validation is not None:
-                ece = validation_ece(model, X[validation], y[validation], batch_size)
-                if ece < best_ece:
-                    best_ece, best_epoch = ece, epoch + 1
+                nll = validation_nll(model, X[validation], y[validation], batch_size)
+                if nll < best_nll:
+                    best_nll, best_epoch = nll, epoch + 1
                     best_state = copy.deepcopy(model.state_dict())
     if best_state is not None:
         model.load_state_dict(best_state)
     return model.eval(), best_epoch
 
 
-def validation_ece(model, X, y, batch_size):
+def validation_nll(model, X, y, batch_size):
     model.eval()
     with torch.no_grad():
         logits = torch.cat([model(x).calibrated_logits for x in X.split(batch_size)])
     probabilities = torch.softmax(logits.double(), dim=1).numpy()
-    return expected_calibration_error(y.numpy(), probabilities, labels=np.arange(N_CLASSES))
+    return negative_log_likelihood(y.numpy(), probabilities, labels=np.arange(N_CLASSES))
 
 
 @pytest.mark.parametrize("validation_fraction", [0.0, 0.25])

@@ -20,8 +20,18 @@ SHARED = {
 }
 # Each method's own recipe, as its docstring documents it.
 RECIPES = {
-    CalAttnFinetuner: {"max_epochs": 10, "learning_rate": 1e-4, "selection_metric": "nll"},
-    DiffusionReconfigurer: {"max_epochs": 30, "learning_rate": 1e-3, "selection_metric": "nll"},
+    CalAttnFinetuner: {
+        "max_epochs": 5,
+        "learning_rate": 1e-4,
+        "warmup_epochs": 0.5,
+        "selection_metric": "nll",
+    },
+    DiffusionReconfigurer: {
+        "max_epochs": 30,
+        "learning_rate": 1e-3,
+        "warmup_epochs": 2.0,
+        "selection_metric": "nll",
+    },
 }
 
 

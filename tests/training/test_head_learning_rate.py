@@ -110,7 +110,8 @@ def calattn_groups(monkeypatch, **options):
 
     def spy(module, config):
         groups = real(module, config)
-        seen.append((module, groups))
+        # Copies: the scheduler rewrites each group's "lr" during the fit.
+        seen.append((module, [dict(group) for group in groups]))
         return groups
 
     monkeypatch.setattr(optim, "parameter_groups", spy)
