@@ -259,10 +259,10 @@ def stage2_points(variants, budget: TuningBudget) -> list[dict]:
     return result
 
 
-def all_points(stage1_grid: dict, variants, budget: TuningBudget) -> list[dict]:
-    """Both stages' points, each once (a stage-2 variant may repeat a stage-1 point)."""
+def each_once(grid_points: list[dict]) -> list[dict]:
+    """``grid_points`` without repeats (a stage-2 variant may repeat a stage-1 point)."""
     unique = {}
-    for point in points(stage1_grid, budget) + stage2_points(variants, budget):
+    for point in grid_points:
         unique.setdefault(tuple(sorted(point.items())), point)
     return list(unique.values())
 
@@ -594,8 +594,8 @@ def main(argv=None) -> None:
         if args.quick
         else (TuningBudget(), GRID, STAGE2_VARIANTS)
     )
-    grid_points = all_points(grid, variants, budget)
     stage_points = {1: points(grid, budget), 2: stage2_points(variants, budget)}
+    grid_points = each_once(stage_points[1] + stage_points[2])
     output = args.output or RESULTS / (
         "tune_calattn_wordnet_quick.md" if args.quick else "tune_calattn_wordnet.md"
     )
