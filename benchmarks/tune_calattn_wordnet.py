@@ -47,6 +47,12 @@ so. Points that give the same model (equal in every metric, such as two
 selection metrics that keep the same epoch) are named together. Means are
 over ``--seeds``.
 
+Confirmation: one seed's choice between close points can be noise, so the
+finalists (stage 1's choice and the choice over both stages) are fitted again
+at ``--confirm-seeds`` (``CONFIRM_SEEDS``), and the final recipe is the
+finalist with the lowest ECE before TS, over all seeds, among those within
+``RECIPE_SLACK`` of the most accurate finalist.
+
 A loop rather than ``GridSearchCV``: every point is also compared with its
 plain twin, and each finished fit is saved at once
 (``results/tune_calattn_wordnet/<point>.json``), so an interrupted run
@@ -68,6 +74,7 @@ for ``text_wordnet.py``):
 
     .venv/bin/python benchmarks/tune_calattn_wordnet.py                 # the full grid
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --stage 2       # one stage
+    .venv/bin/python benchmarks/tune_calattn_wordnet.py --stage confirm # the finalists
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --shard 1/2     # half of it
     .venv/bin/python benchmarks/tune_calattn_wordnet.py --only selection_metric=nll \
         --only lambda_brier=0.1                                         # one slice
@@ -78,7 +85,8 @@ Budget: stage 1 is 3 x 2 x 2 x 3 = 36 CalAttn fits and 12 plain ones on
 4,000 training glosses for 2 epochs; its points took 160-189 s a fit and
 about 3.5 minutes a point with the evaluation, on 2 quiet CPU cores, so
 stage 1 is about 3 hours on a CPU (minutes on a GPU: ``--device cuda``).
-Stage 2 adds 13 fits, 3 of them of 5 epochs.
+Stage 2 adds 13 fits, 3 of them of 5 epochs; the confirmation 1 or 2 fits a
+confirmation seed.
 ``--quick`` (96 training glosses, 1 epoch, 2 stage-1 CalAttn points and their
 plain twin, then a learning rate and an initial scale in stage 2) only checks
 that the script runs; its numbers mean nothing.
@@ -153,6 +161,9 @@ STAGE2_VARIANTS = (
     {"initial_scale": 1.0},
 )
 QUICK_STAGE2_VARIANTS = ({"learning_rate": 3e-4}, {"initial_scale": 1.0})
+# Seeds at which the finalists (stage 1's choice and the choice over both stages) are fitted
+# again: one seed's choice between close points can be noise.
+CONFIRM_SEEDS = [1]
 PARAMETERS = (*GRID, *TRAINING)
 
 
@@ -442,7 +453,37 @@ def selection_lines(results: list[dict]) -> list[str]:
     return lines
 
 
-def report(results: list[dict], budget: TuningBudget, n_grid: int, data_line: str, argv) -> str:
+def table_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "| method | head lr x | lambda_brier | warm-up | selection | optimiser | lr | epochs "
+        "| init s | seeds | accuracy | ECE before | ECE after | NLL before | NLL after | "
+        "median s | T | fit s |",
+        "|" + "---|" * 18,
+    ]
+    for row in rows:
+        multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
+        lines.append(
+            f"| {row['method']} | {multiplier} | {row['lambda_brier']:g} | "
+            f"{row['warmup_epochs']:g} | {row['selection_metric']} | {row['optimizer']} | "
+            f"{row['learning_rate']:g} | {row['epochs']} | "
+            f"{'-' if row['initial_scale'] is None else format(row['initial_scale'], 'g')} | "
+            f"{' '.join(map(str, row['seeds']))} | {row['accuracy']:.2f} | "
+            f"{row['ece_before']:.2f} | {row['ece_after']:.2f} | {row['nll_before']:.3f} | "
+            f"{row['nll_after']:.3f} | {row['median_scale']:.2f} | {row['temperature']:.2f} | "
+            f"{row['fit_s']:.0f} |"
+        )
+    return lines
+
+
+def report(
+    results: list[dict],
+    confirmations: list[dict],
+    budget: TuningBudget,
+    n_grid: int,
+    data_line: str,
+    argv,
+) -> str:
+    """The grid's table and choices from ``results``; their confirmation from ``confirmations``."""
     rows = mean_rows(results)
     rows.sort(key=lambda row: (row["method"] != "plain", row["ece_before"]))
     lines = [
@@ -461,23 +502,8 @@ def report(results: list[dict], budget: TuningBudget, n_grid: int, data_line: st
         f"initial value (init s; - : the head's default) around stage 1's choice "
         f"({', '.join(f'{name}={value}' for name, value in STAGE1_CHOICE.items())}).",
         "",
-        "| method | head lr x | lambda_brier | warm-up | selection | optimiser | lr | epochs "
-        "| init s | seeds | accuracy | ECE before | ECE after | NLL before | NLL after | "
-        "median s | T | fit s |",
-        "|" + "---|" * 18,
+        *table_lines(rows),
     ]
-    for row in rows:
-        multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
-        lines.append(
-            f"| {row['method']} | {multiplier} | {row['lambda_brier']:g} | "
-            f"{row['warmup_epochs']:g} | {row['selection_metric']} | {row['optimizer']} | "
-            f"{row['learning_rate']:g} | {row['epochs']} | "
-            f"{'-' if row['initial_scale'] is None else format(row['initial_scale'], 'g')} | "
-            f"{' '.join(map(str, row['seeds']))} | {row['accuracy']:.2f} | "
-            f"{row['ece_before']:.2f} | {row['ece_after']:.2f} | {row['nll_before']:.3f} | "
-            f"{row['nll_after']:.3f} | {row['median_scale']:.2f} | {row['temperature']:.2f} | "
-            f"{row['fit_s']:.0f} |"
-        )
     n_run = len({tuple(sorted(row.items())) for row in (point_of(r) for r in results)})
     if n_run < n_grid:
         lines += [
@@ -486,9 +512,7 @@ def report(results: list[dict], budget: TuningBudget, n_grid: int, data_line: st
             "is among those only, not the grid's.",
         ]
     lines += selection_lines(results)
-    training = base_training(budget)
-    stage1 = [row for row in rows if all(row[name] == training[name] for name in TRAINING)]
-    stage1_same, stage1_lines = choice_lines(stage1)
+    stage1_same, stage1_lines = choice_lines(stage1_rows(rows, budget))
     lines += ["", "## Stage 1's choice", "", *stage1_lines]
     if stage1_same:
         centred = any(
@@ -500,7 +524,87 @@ def report(results: list[dict], budget: TuningBudget, n_grid: int, data_line: st
             else "**Stage 2 ran around another point** (STAGE1_CHOICE in the script): rerun it."
         )
     lines += ["", "## Choice (both stages)", "", *choice_lines(rows)[1]]
+    lines += confirmation_lines(confirmations, finalists(rows, budget))
     return "\n".join(lines) + "\n"
+
+
+def stage1_rows(rows: list[dict], budget: TuningBudget) -> list[dict]:
+    """The rows fitted at stage 1's training settings (the budget's)."""
+    training = base_training(budget)
+    return [row for row in rows if all(row[name] == training[name] for name in TRAINING)]
+
+
+def finalists(rows: list[dict], budget: TuningBudget) -> list[dict]:
+    """Stage 1's choice and the choice over both stages (once when they are one), as points.
+
+    Where several points give the chosen model (selection metrics that keep the
+    same epoch), the one stage 2 ran around stands for them.
+    """
+    found = []
+    for candidates in (stage1_rows(rows, budget), rows):
+        same, _ = choice_lines(candidates)
+        if not same:
+            continue
+        centred = [
+            row for row in same if all(row[name] == value for name, value in STAGE1_CHOICE.items())
+        ]
+        point = point_of((centred or same)[0])
+        if point not in found:
+            found.append(point)
+    return found
+
+
+def confirmation_lines(results: list[dict], points: list[dict]) -> list[str]:
+    """The finalists at every seed, their means, and the final recipe among them.
+
+    Final: the lowest mean ECE before TS among the finalists within
+    RECIPE_SLACK of the most accurate one's mean accuracy (the grid's rule
+    without the plain bounds, which the finalists met on the grid's seeds).
+    """
+    if not points:
+        return []
+    results = [result for result in results if point_of(result) in points]
+    seeds = sorted({result["seed"] for result in results})
+    lines = [
+        "",
+        "## Confirmation",
+        "",
+        "The finalists (the two choices above) fitted at the grid's seeds and the confirmation "
+        "seeds (`--confirm-seeds`; the tuning split stays, the seed draws the classifier's "
+        "initialisation, the held-out validation part and the batch order): one row per seed, "
+        "then the mean over all of them.",
+        "",
+    ]
+    fitted = {(tuple(sorted(point_of(r).items())), r["seed"]) for r in results}
+    missing = [
+        (point, seed)
+        for point in points
+        for seed in seeds
+        if (tuple(sorted(point.items())), seed) not in fitted
+    ]
+    per_seed = [
+        row for seed in seeds for row in mean_rows([r for r in results if r["seed"] == seed])
+    ]
+    means = mean_rows(results)
+    lines += table_lines(per_seed + means)
+    if missing or len(seeds) < 2:
+        return lines + [
+            "",
+            f"**Not confirmed**: {len(missing)} finalist fits missing, seeds so far "
+            f"{', '.join(map(str, seeds))}; run `--stage confirm`.",
+        ]
+    best = max(means, key=lambda row: row["accuracy"])
+    eligible = [row for row in means if row["accuracy"] >= best["accuracy"] - RECIPE_SLACK]
+    final = min(eligible, key=lambda row: row["ece_before"])
+    recipe = ", ".join(f"{name}={final[name]}" for name in PARAMETERS)
+    return lines + [
+        "",
+        f"Final: the lowest mean ECE before TS among the {len(eligible)} finalists within "
+        f"{RECIPE_SLACK:g} point of the most accurate one's mean ({best['accuracy']:.2f}%).",
+        f"Recipe: {recipe} (mean over seeds {', '.join(map(str, seeds))}: accuracy "
+        f"{final['accuracy']:.2f}%, ECE {final['ece_before']:.2f} / {final['ece_after']:.2f} "
+        f"after TS, NLL {final['nll_before']:.3f}).",
+    ]
 
 
 def choice_lines(rows: list[dict]) -> tuple[list[dict], list[str]]:
@@ -580,7 +684,17 @@ def main(argv=None) -> None:
         help="run only the points with this grid value (repeatable)",
     )
     parser.add_argument(
-        "--stage", type=int, choices=(1, 2), default=None, help="run one stage (default both)"
+        "--stage",
+        choices=("1", "2", "confirm"),
+        default=None,
+        help="run one stage, or only the finalists' confirmation (default: all three)",
+    )
+    parser.add_argument(
+        "--confirm-seeds",
+        type=int,
+        nargs="*",
+        default=CONFIRM_SEEDS,
+        help=f"seeds at which the finalists are fitted again (default {CONFIRM_SEEDS})",
     )
     parser.add_argument("--exclude-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
     parser.add_argument("--wordnet-dir", default=None, help="folder with data.noun")
@@ -594,8 +708,8 @@ def main(argv=None) -> None:
         if args.quick
         else (TuningBudget(), GRID, STAGE2_VARIANTS)
     )
-    stage_points = {1: points(grid, budget), 2: stage2_points(variants, budget)}
-    grid_points = each_once(stage_points[1] + stage_points[2])
+    stage_points = {"1": points(grid, budget), "2": stage2_points(variants, budget), "confirm": []}
+    grid_points = each_once(stage_points["1"] + stage_points["2"])
     output = args.output or RESULTS / (
         "tune_calattn_wordnet_quick.md" if args.quick else "tune_calattn_wordnet.md"
     )
@@ -611,6 +725,17 @@ def main(argv=None) -> None:
     ]
     index, count = shard_of(args.shard)
     todo = selected(todo[index - 1 :: count], args.only)
+    confirm_seeds = sorted(set(args.seeds) | set(args.confirm_seeds))
+
+    def saved(seeds) -> list[dict]:
+        prefix = "quick-" if args.quick else ""
+        loaded = [
+            with_training(json.loads(path.read_text()))
+            for path in sorted(POINT_DIR.glob(f"{prefix}*.json"))
+            if args.quick or not path.name.startswith("quick-")
+        ]
+        return [result for result in loaded if result["seed"] in seeds]
+
     data_line = "Data: not rebuilt (--merge)."
     if not args.merge:
         data = build_data(budget, args.exclude_seeds, args.wordnet_dir)
@@ -622,20 +747,26 @@ def main(argv=None) -> None:
             f"with a new classifier, glosses cut at {MAX_LENGTH} word pieces."
         )
         log(data_line)
-        for point, seed in todo:
-            path = POINT_DIR / f"{point_key(point, seed, budget, args.quick)}.json"
-            if path.exists():
-                continue
-            torch.manual_seed(seed)
-            result = fit_point(point, budget, data, seed, args.device, log)
-            path.write_text(json.dumps({**result, "budget": asdict(budget)}, indent=1))
-    prefix = "quick-" if args.quick else ""
-    results = [
-        with_training(json.loads(path.read_text()))
-        for path in sorted(POINT_DIR.glob(f"{prefix}*.json"))
-        if args.quick or not path.name.startswith("quick-")
-    ]
-    _common.write_results(report(results, budget, len(grid_points), data_line, argv), output)
+
+        def fit_all(pairs):
+            for point, seed in pairs:
+                path = POINT_DIR / f"{point_key(point, seed, budget, args.quick)}.json"
+                if path.exists():
+                    continue
+                torch.manual_seed(seed)
+                result = fit_point(point, budget, data, seed, args.device, log)
+                path.write_text(json.dumps({**result, "budget": asdict(budget)}, indent=1))
+
+        fit_all(todo)
+        if args.stage in (None, "confirm"):
+            # The finalists follow from the grid's saved points, so they are fitted last.
+            chosen = finalists(mean_rows(saved(args.seeds)), budget)
+            pairs = [(point, seed) for seed in confirm_seeds for point in chosen]
+            fit_all(selected(pairs[index - 1 :: count], args.only))
+    text = report(
+        saved(args.seeds), saved(confirm_seeds), budget, len(grid_points), data_line, argv
+    )
+    _common.write_results(text, output)
 
 
 if __name__ == "__main__":
