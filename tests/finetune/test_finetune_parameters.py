@@ -21,7 +21,7 @@ SHARED = {
 # Each method's own recipe, as its docstring documents it.
 RECIPES = {
     CalAttnFinetuner: {
-        "max_epochs": 5,
+        "max_epochs": 2,
         "learning_rate": 1e-4,
         "warmup_epochs": 0.5,
         "selection_metric": "nll",
@@ -46,14 +46,14 @@ def test_signature_shows_shared_and_own_training_parameters(estimator):
 
 @pytest.mark.parametrize("estimator", list(RECIPES), ids=lambda cls: cls.__name__)
 def test_shared_parameters_are_stored_and_cloned(estimator):
-    model = estimator("vit", batch_size=8, device="cpu", classes=["a", "b"], max_epochs=2)
+    model = estimator("vit", batch_size=8, device="cpu", classes=["a", "b"], max_epochs=3)
     copy = clone(model)
     assert copy.get_params() == model.get_params()
     assert (copy.batch_size, copy.device, copy.classes, copy.max_epochs) == (
         8,
         "cpu",
         ["a", "b"],
-        2,
+        3,
     )
     with pytest.raises(TypeError, match="batchsize"):
         estimator("vit", batchsize=8)
