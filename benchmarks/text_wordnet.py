@@ -34,9 +34,10 @@ training budget (epochs, batch size, learning rate, schedule):
 - on request (stage ``calattn_tuned``), CalAttn CE + 0.1 Brier with the
   recipe ``TUNED_CALATTN`` that ``tune_calattn_wordnet.py`` chose away from
   these splits, with and without TS; and (stage ``five_epochs``), beyond the
-  shared budget, CalAttn with ``CalAttnFinetuner``'s default schedule (5
-  epochs) against plain fine-tuning at the settings that tuning found best
-  for it (5 epochs, learning rate 3e-4), both CE + 0.1 Brier;
+  shared budget, CalAttn for 5 epochs (the tuning's first-seed choice, which
+  its confirmation seed reversed) against plain fine-tuning at the settings
+  that tuning found best for it (5 epochs, learning rate 3e-4), both CE +
+  0.1 Brier;
 - ``DiffusionReconfigurer`` from the fine-tuned baseline, reconfiguring its
   last ``DIRECTOR_BLOCKS`` blocks, predicting with 1 and with 10 paths; on
   request (stage ``director_prior``) also with the noise prior ``NOISE_PRIOR``
@@ -106,7 +107,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -162,10 +162,12 @@ NOISE_PRIOR_NAME = "DIRECTOR, noise prior 0.3"
 # of the backbone's, the warm-up, the Brier weight (NLL checkpoint selection, as everywhere).
 TUNED_CALATTN = {"head_lr_multiplier": 10.0, "warmup_epochs": 0.5, "lambda_brier": 0.1}
 TUNED_CALATTN_NAME = "CalAttn tuned recipe, CE + 0.1 Brier"
-# Stage 2 of that tuning: CalAttnFinetuner's defaults (5 epochs, warm-up 0.5 epoch, lr 1e-4)
-# against plain fine-tuning at its own best settings there (5 epochs, lr 3e-4), both with
-# the 0.1 Brier term; a longer budget than the benchmark's shared one.
-LONG_CALATTN_NAME = "CalAttn defaults, 5 epochs"
+# Stage 2 of that tuning: CalAttn at 5 epochs (its choice on the tuning split's first seed;
+# the confirmation seed moved the choice to 2, TUNED_CALATTN's budget) against plain
+# fine-tuning at its own best settings there (5 epochs, lr 3e-4), both with the 0.1 Brier
+# term and a 0.5-epoch warm-up; a longer budget than the benchmark's shared one.
+LONG_SCHEDULE = {"max_epochs": 5, "warmup_epochs": 0.5, "learning_rate": 1e-4}
+LONG_CALATTN_NAME = "CalAttn, 5 epochs"
 LONG_PLAIN_NAME = "plain, 5 epochs at lr 3e-4"
 # The reconfigured blocks with the lowest NLL on ``tune_director_wordnet.py``'s tuning data
 # (at a cost in how its mutual information ranks OOD glosses there). Its rule keeps the
@@ -682,15 +684,11 @@ def calattn_tuned_stage(data, budget, seed, log) -> list[dict]:
 
 
 def five_epochs_stage(data, budget, seed, log) -> list[dict]:
-    """CalAttn's default schedule against plain fine-tuning at its tuned settings."""
-    signature = inspect.signature(CalAttnFinetuner).parameters
-    defaults = {
-        name: signature[name].default for name in ("max_epochs", "warmup_epochs", "learning_rate")
-    }
+    """CalAttn for 5 epochs against plain fine-tuning at its tuned settings."""
     rows = scale_rows(
-        LONG_CALATTN_NAME, data, budget, seed, head=True, lambda_brier=0.1, log=log, **defaults
+        LONG_CALATTN_NAME, data, budget, seed, head=True, lambda_brier=0.1, log=log, **LONG_SCHEDULE
     )
-    plain = {**defaults, "learning_rate": 3e-4}
+    plain = {**LONG_SCHEDULE, "learning_rate": 3e-4}
     return rows + scale_rows(
         LONG_PLAIN_NAME, data, budget, seed, head=False, lambda_brier=0.1, log=log, **plain
     )
