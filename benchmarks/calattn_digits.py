@@ -163,11 +163,13 @@ def _train_step(module, optimizer, x, y):
     optimizer.step()
 
 
-def step_time(baseline_module, calattn_module, x, y, repeats):
-    """Median CPU seconds per training step of each network, timed in alternation.
+def step_times(baseline_module, calattn_module, batches, repeats):
+    """CPU seconds of each training step of each network, timed in alternation.
 
-    CPU time of this (single-threaded) process, not wall time: on a shared machine
-    the wall clock also counts the time other jobs hold the cores.
+    Step ``i`` of both networks trains on ``batches[i % len(batches)]`` (pairs
+    ``(x, y)``), so the lists pair up step by step. CPU time of this
+    (single-threaded) process, not wall time: on a shared machine the wall
+    clock also counts the time other jobs hold the cores.
     """
     modules = {"baseline": baseline_module.train(), "CalAttn": calattn_module.train()}
     optimizers = {
@@ -175,13 +177,19 @@ def step_time(baseline_module, calattn_module, x, y, repeats):
     }
     times = {name: [] for name in modules}
     for name in modules:  # warm-up
-        for _ in range(5):
-            _train_step(modules[name], optimizers[name], x, y)
-    for _ in range(repeats):
+        for step in range(5):
+            _train_step(modules[name], optimizers[name], *batches[step % len(batches)])
+    for step in range(repeats):
         for name in modules:
             start = time.process_time()
-            _train_step(modules[name], optimizers[name], x, y)
+            _train_step(modules[name], optimizers[name], *batches[step % len(batches)])
             times[name].append(time.process_time() - start)
+    return times
+
+
+def step_time(baseline_module, calattn_module, x, y, repeats):
+    """Median CPU seconds per training step of each network on one batch."""
+    times = step_times(baseline_module, calattn_module, [(x, y)], repeats)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
