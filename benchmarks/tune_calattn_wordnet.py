@@ -478,6 +478,7 @@ def table_lines(rows: list[dict]) -> list[str]:
 def report(
     results: list[dict],
     confirmations: list[dict],
+    confirm_seeds: list[int],
     budget: TuningBudget,
     n_grid: int,
     data_line: str,
@@ -524,7 +525,7 @@ def report(
             else "**Stage 2 ran around another point** (STAGE1_CHOICE in the script): rerun it."
         )
     lines += ["", "## Choice (both stages)", "", *choice_lines(rows)[1]]
-    lines += confirmation_lines(confirmations, finalists(rows, budget))
+    lines += confirmation_lines(confirmations, finalists(rows, budget), confirm_seeds)
     return "\n".join(lines) + "\n"
 
 
@@ -554,8 +555,8 @@ def finalists(rows: list[dict], budget: TuningBudget) -> list[dict]:
     return found
 
 
-def confirmation_lines(results: list[dict], points: list[dict]) -> list[str]:
-    """The finalists at every seed, their means, and the final recipe among them.
+def confirmation_lines(results: list[dict], points: list[dict], seeds: list[int]) -> list[str]:
+    """The finalists at each of ``seeds``, their means, and the final recipe among them.
 
     Final: the lowest mean ECE before TS among the finalists within
     RECIPE_SLACK of the most accurate one's mean accuracy (the grid's rule
@@ -564,7 +565,6 @@ def confirmation_lines(results: list[dict], points: list[dict]) -> list[str]:
     if not points:
         return []
     results = [result for result in results if point_of(result) in points]
-    seeds = sorted({result["seed"] for result in results})
     lines = [
         "",
         "## Confirmation",
@@ -590,8 +590,8 @@ def confirmation_lines(results: list[dict], points: list[dict]) -> list[str]:
     if missing or len(seeds) < 2:
         return lines + [
             "",
-            f"**Not confirmed**: {len(missing)} finalist fits missing, seeds so far "
-            f"{', '.join(map(str, seeds))}; run `--stage confirm`.",
+            f"**Not confirmed**: {len(missing)} of the finalists' fits at seeds "
+            f"{', '.join(map(str, seeds))} are missing; run `--stage confirm`.",
         ]
     best = max(means, key=lambda row: row["accuracy"])
     eligible = [row for row in means if row["accuracy"] >= best["accuracy"] - RECIPE_SLACK]
@@ -764,7 +764,13 @@ def main(argv=None) -> None:
             pairs = [(point, seed) for seed in confirm_seeds for point in chosen]
             fit_all(selected(pairs[index - 1 :: count], args.only))
     text = report(
-        saved(args.seeds), saved(confirm_seeds), budget, len(grid_points), data_line, argv
+        saved(args.seeds),
+        saved(confirm_seeds),
+        confirm_seeds,
+        budget,
+        len(grid_points),
+        data_line,
+        argv,
     )
     _common.write_results(text, output)
 
