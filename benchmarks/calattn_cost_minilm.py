@@ -28,12 +28,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import time
 
 import _common
 import numpy as np
 import torch
-from calattn_digits import step_times
+from calattn_digits import alternating_times, step_times
 from text_wordnet import Budget, build_data, loader, pretrained_minilm
 from torch.utils.data import DataLoader, Subset
 
@@ -77,17 +76,9 @@ def real_batches(data: dict, n_batches: int) -> list[tuple[dict, torch.Tensor]]:
 def forward_times(baseline_module, calattn_module, batches, repeats) -> dict[str, list]:
     """CPU seconds of each prediction pass of each network, in alternation as the steps."""
     modules = {"baseline": baseline_module.eval(), "CalAttn": calattn_module.eval()}
-    times = {name: [] for name in modules}
+    passes = {name: lambda batch, m=module: m(batch[0]) for name, module in modules.items()}
     with torch.no_grad():
-        for name in modules:  # warm-up
-            for step in range(5):
-                modules[name](batches[step % len(batches)][0])
-        for step in range(repeats):
-            for name in modules:
-                start = time.process_time()
-                modules[name](batches[step % len(batches)][0])
-                times[name].append(time.process_time() - start)
-    return times
+        return alternating_times(passes, batches, repeats)
 
 
 def cost_row(what: str, times: dict[str, list]) -> str:

@@ -163,28 +163,34 @@ def _train_step(module, optimizer, x, y):
     optimizer.step()
 
 
-def step_times(baseline_module, calattn_module, batches, repeats):
-    """CPU seconds of each training step of each network, timed in alternation.
+def alternating_times(steps: dict, batches, repeats) -> dict[str, list]:
+    """CPU seconds of each call of each of ``steps`` (name -> function of a batch).
 
-    Step ``i`` of both networks trains on ``batches[i % len(batches)]`` (pairs
-    ``(x, y)``), so the lists pair up step by step. CPU time of this
-    (single-threaded) process, not wall time: on a shared machine the wall
-    clock also counts the time other jobs hold the cores.
+    The steps run in alternation, call ``i`` of each on ``batches[i % len(batches)]``,
+    so the lists pair up call by call, after 5 warm-up calls each. CPU time of this
+    (single-threaded) process, not wall time: on a shared machine the wall clock
+    also counts the time other jobs hold the cores.
     """
-    modules = {"baseline": baseline_module.train(), "CalAttn": calattn_module.train()}
-    optimizers = {
-        name: torch.optim.AdamW(module.parameters(), lr=1e-5) for name, module in modules.items()
-    }
-    times = {name: [] for name in modules}
-    for name in modules:  # warm-up
-        for step in range(5):
-            _train_step(modules[name], optimizers[name], *batches[step % len(batches)])
-    for step in range(repeats):
-        for name in modules:
+    times = {name: [] for name in steps}
+    for step in steps.values():  # warm-up
+        for i in range(5):
+            step(batches[i % len(batches)])
+    for i in range(repeats):
+        for name, step in steps.items():
             start = time.process_time()
-            _train_step(modules[name], optimizers[name], *batches[step % len(batches)])
+            step(batches[i % len(batches)])
             times[name].append(time.process_time() - start)
     return times
+
+
+def step_times(baseline_module, calattn_module, batches, repeats) -> dict[str, list]:
+    """CPU seconds of each training step of each network on ``batches`` of ``(x, y)``."""
+    modules = {"baseline": baseline_module.train(), "CalAttn": calattn_module.train()}
+    steps = {}
+    for name, module in modules.items():
+        optimizer = torch.optim.AdamW(module.parameters(), lr=1e-5)
+        steps[name] = lambda batch, m=module, o=optimizer: _train_step(m, o, *batch)
+    return alternating_times(steps, batches, repeats)
 
 
 def step_time(baseline_module, calattn_module, x, y, repeats):
