@@ -113,6 +113,7 @@ import argparse
 import dataclasses
 import json
 import math
+import operator
 import os
 import platform
 import statistics
@@ -953,18 +954,22 @@ GOALS = (
         0.0,
     ),
 )
-COMPARE = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
+COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
-def goal_score(row: dict, key: str) -> float:
+def score(row: dict, key: str) -> float:
     if key == "auroc_best":
         return max(row[name] for name in ("auroc_maxprob", "auroc_entropy", "auroc_mi"))
     return row[key]
+
+
+def paired_differences(runs, name, reference, key, reference_key=None) -> list[float]:
+    """Per seed, ``name``'s ``key`` minus ``reference``'s ``reference_key`` (default ``key``)."""
+    differences = []
+    for run in runs:
+        rows = {row["method"]: row for row in run["rows"]}
+        differences.append(score(rows[name], key) - score(rows[reference], reference_key or key))
+    return differences
 
 
 def goal_lines(runs: list[dict], methods: list[str]) -> list[str]:
@@ -984,13 +989,7 @@ def goal_lines(runs: list[dict], methods: list[str]) -> list[str]:
     judged = [goal for goal in GOALS if goal.method in methods and goal.reference in methods]
     for goal in judged:
         reference_key = goal.reference_key or goal.key
-        differences = []
-        for run in runs:
-            rows = {row["method"]: row for row in run["rows"]}
-            differences.append(
-                goal_score(rows[goal.method], goal.key)
-                - goal_score(rows[goal.reference], reference_key)
-            )
+        differences = paired_differences(runs, goal.method, goal.reference, goal.key, reference_key)
         check = COMPARE[goal.comparison]
         on_side = sum(check(value, goal.bound) for value in differences)
         met = "yes" if check(statistics.mean(differences), goal.bound) else "**no**"
@@ -1009,15 +1008,8 @@ def standing(runs: list[dict], name: str, reference: str = REFERENCE, scores=())
     ``scores``: more columns to compare, higher being better (such as ``"auroc_mi"``).
     """
 
-    def differences(key):
-        values = []
-        for run in runs:
-            rows = {row["method"]: row for row in run["rows"]}
-            values.append(rows[name][key] - rows[reference][key])
-        return values
-
     def phrase(key, unit, digits, lower_is_better):
-        values = differences(key)
+        values = paired_differences(runs, name, reference, key)
         mean = statistics.mean(values)
         better = (mean < 0) == lower_is_better and mean != 0
         spread_text = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
@@ -1091,9 +1083,6 @@ def merge(runs: list[dict], smoke: bool) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if REFERENCE not in methods:  # e.g. a folder holding one stage's rows only
         return "\n".join(lines) + "\n"
-    reference = {
-        run["seed"]: next(r for r in run["rows"] if r["method"] == REFERENCE) for run in runs
-    }
     lines += [
         "",
         f"Differences to {REFERENCE}, paired by seed (mean ± standard deviation of the "
@@ -1108,11 +1097,7 @@ def merge(runs: list[dict], smoke: bool) -> str:
             continue
         cells = [name]
         for key in PAIRED:
-            differences = []
-            for run in runs:
-                row = next(r for r in run["rows"] if r["method"] == name)
-                differences.append(row[key] - reference[run["seed"]][key])
-            cells.append(spread(differences, 3))
+            cells.append(spread(paired_differences(runs, name, REFERENCE, key), 3))
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
