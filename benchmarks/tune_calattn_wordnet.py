@@ -516,9 +516,7 @@ def report(
     stage1_same, stage1_lines = choice_lines(stage1_rows(rows, budget))
     lines += ["", "## Stage 1's choice", "", *stage1_lines]
     if stage1_same:
-        centred = any(
-            all(row[name] == value for name, value in STAGE1_CHOICE.items()) for row in stage1_same
-        )
+        centred = any(map(is_stage1_choice, stage1_same))
         lines.append(
             "Stage 2 ran around this point."
             if centred
@@ -527,6 +525,11 @@ def report(
     lines += ["", "## Choice (both stages)", "", *choice_lines(rows)[1]]
     lines += confirmation_lines(confirmations, finalists(rows, budget), confirm_seeds)
     return "\n".join(lines) + "\n"
+
+
+def is_stage1_choice(row: dict) -> bool:
+    """Whether ``row`` is at ``STAGE1_CHOICE``, the point stage 2 ran around."""
+    return all(row[name] == value for name, value in STAGE1_CHOICE.items())
 
 
 def stage1_rows(rows: list[dict], budget: TuningBudget) -> list[dict]:
@@ -546,9 +549,7 @@ def finalists(rows: list[dict], budget: TuningBudget) -> list[dict]:
         same, _ = choice_lines(candidates)
         if not same:
             continue
-        centred = [
-            row for row in same if all(row[name] == value for name, value in STAGE1_CHOICE.items())
-        ]
+        centred = [row for row in same if is_stage1_choice(row)]
         point = point_of((centred or same)[0])
         if point not in found:
             found.append(point)
@@ -575,12 +576,11 @@ def confirmation_lines(results: list[dict], points: list[dict], seeds: list[int]
         "then the mean over all of them.",
         "",
     ]
-    fitted = {(tuple(sorted(point_of(r).items())), r["seed"]) for r in results}
     missing = [
         (point, seed)
         for point in points
         for seed in seeds
-        if (tuple(sorted(point.items())), seed) not in fitted
+        if not any(point_of(r) == point and r["seed"] == seed for r in results)
     ]
     per_seed = [
         row for seed in seeds for row in mean_rows([r for r in results if r["seed"] == seed])
@@ -728,6 +728,7 @@ def main(argv=None) -> None:
     confirm_seeds = sorted(set(args.seeds) | set(args.confirm_seeds))
 
     def saved(seeds) -> list[dict]:
+        """The saved fits at ``seeds`` (read afresh: fits may have been added)."""
         prefix = "quick-" if args.quick else ""
         loaded = [
             with_training(json.loads(path.read_text()))
@@ -763,9 +764,11 @@ def main(argv=None) -> None:
             chosen = finalists(mean_rows(saved(args.seeds)), budget)
             pairs = [(point, seed) for seed in confirm_seeds for point in chosen]
             fit_all(selected(pairs[index - 1 :: count], args.only))
+    # confirm_seeds holds args.seeds, so one read serves both parts of the report.
+    results = saved(confirm_seeds)
     text = report(
-        saved(args.seeds),
-        saved(confirm_seeds),
+        [result for result in results if result["seed"] in args.seeds],
+        results,
         confirm_seeds,
         budget,
         len(grid_points),
