@@ -115,10 +115,10 @@ from text_wordnet import (
     stratified_split,
 )
 
-from reliacal._training.selection import improves
 from reliacal.datasets import load_wordnet_glosses
 from reliacal.finetune import CalAttnFinetuner
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+from reliacal.training._selection import improves
 
 RESULTS = Path(__file__).parent / "results"
 POINT_DIR = RESULTS / "tune_calattn_wordnet"

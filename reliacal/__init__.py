@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from reliacal._version import __version__
 
 _PUBLIC = {
     "TemperatureScaling": "reliacal.calibrators",

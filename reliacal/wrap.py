@@ -19,10 +19,10 @@ from sklearn.utils.validation import (
     indexable,
 )
 
-from ._init_arguments import store_init_arguments
-from ._persistence._mixin import SaveMixin
-from ._validation import is_torch_module
-from .calibrators import ClassLabelMixin
+from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import is_torch_module
+from reliacal.calibrators import ClassLabelMixin
+from reliacal.persistence import SaveMixin
 
 __all__ = ["CalibratedClassifier", "classifier_logits"]
 
@@ -78,7 +78,7 @@ def classifier_logits(estimator, X) -> np.ndarray:
 
 def _calibrator(method):
     if isinstance(method, str):
-        from . import calibrators
+        from reliacal import calibrators
 
         name, parameters = _METHODS[method]
         return getattr(calibrators, name)(**parameters)
@@ -216,7 +216,7 @@ class CalibratedClassifier(
         return calibrator
 
     def _torch_logits(self, model, X, y=None):
-        from ._torch_logits import torch_logits
+        from reliacal.backbones import torch_logits
 
         return torch_logits(model, X, y, batch_size=self.batch_size, device=self.device)
 
@@ -347,7 +347,7 @@ class CalibratedClassifier(
         """
         check_is_fitted(self, "calibrated_classifiers_")
         if is_torch_module(self.estimator):
-            from ._data import check_ordered
+            from reliacal._data import check_ordered
 
             # Rows come back in the loader's order: it must be one the caller knows.
             check_ordered(X)

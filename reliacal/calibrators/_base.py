@@ -77,10 +77,9 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._docstrings import shared_doc
-from .._init_arguments import store_init_arguments
-from .._persistence._mixin import SaveMixin
-from .._validation import (
+from reliacal._docstrings import shared_doc
+from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
+from reliacal._validation import (
     DEFAULT_LABEL_KEY,
     check_logits,
     check_probabilities,
@@ -88,7 +87,8 @@ from .._validation import (
     is_torch_tensor,
     to_numpy,
 )
-from ._parameters import spell_out_init_signature, with_base_parameters_doc
+from reliacal.calibrators._parameters import with_base_parameters_doc
+from reliacal.persistence import SaveMixin
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
 
@@ -542,7 +542,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         return np.column_stack([np.zeros_like(scores), scores])
 
     def _backbone_outputs(self, X: Any, y: Any):
-        from ..backbones import extract_outputs
+        from reliacal.backbones import extract_outputs
 
         pooled, logits, y = extract_outputs(
             self.backbone_,
@@ -567,8 +567,8 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
             if reset:
                 from torch.utils.data import DataLoader, Dataset
 
-                from .._data import as_dataset
-                from ..backbones import as_backbone
+                from reliacal._data import as_dataset
+                from reliacal.backbones import as_backbone
 
                 self.backbone_ = as_backbone(self.backbone)
                 if isinstance(X, Dataset | DataLoader):
@@ -595,7 +595,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         """Validated ``(features, logits, y)`` of a fitted calibrator."""
         check_is_fitted(self, "classes_")
         if self.backbone is not None:
-            from .._data import check_ordered  # backbone mode only: it imports torch
+            from reliacal._data import check_ordered  # backbone mode only: it imports torch
 
             # Rows come back in the loader's order: it must be one the caller knows.
             check_ordered(X)
@@ -737,7 +737,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         >>> bool(np.allclose(out, model.predict_proba(logits[:4]), atol=1e-12))
         True
         """
-        from ..export import calibrator_module
+        from reliacal.export import calibrator_module
 
         return calibrator_module(self)
 

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._docstrings import fill_doc
-from ._base import BaseCalibrator, ConvergenceWarning
-from ._logistic import LogisticFit
+from reliacal._docstrings import fill_doc
+from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
+from reliacal.calibrators._logistic import LogisticFit
 
 __all__ = [
     "CLASSIC_NOTES_DOC",

@@ -23,18 +23,19 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset, Subset
 
-from .._device import resolve_device
-from .._init_arguments import store_init_arguments
-from .._torch_estimator import (
+from reliacal._device import resolve_device
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators.temperature import TemperatureScaling
+from reliacal.training import (
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     PositiveIntegers,
+    TrainingDivergedError,
+    fit_module,
     seeded_torch,
     training_config,
 )
-from ..training import TrainingDivergedError, fit_module
-from ._base import BaseCalibrator
-from .temperature import TemperatureScaling
 
 __all__ = ["AdaptiveTS", "AdaptiveTSMember"]
 

@@ -14,8 +14,8 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import has_fit_parameter
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
 
 __all__ = ["AutoCalibrator"]
 
@@ -38,7 +38,7 @@ class _Identity(BaseCalibrator):
 
 
 def _default_candidates(n_samples: int, n_classes: int, random_state) -> dict:
-    from . import (
+    from reliacal.calibrators import (
         EnsembleTemperatureScaling,
         IsotonicCalibration,
         MatrixScaling,
@@ -57,7 +57,9 @@ def _default_candidates(n_samples: int, n_classes: int, random_state) -> dict:
         # parameters from over-fitting a small calibration split.
         candidates["matrix"] = MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0)
     if n_samples >= _MIN_ROWS_FOR_ADAPTIVE:
-        from .adaptive import AdaptiveTS  # imports torch: only when it is a candidate
+        from reliacal.calibrators.adaptive import (
+            AdaptiveTS,  # imports torch: only when it is a candidate
+        )
 
         candidates["adaptive"] = AdaptiveTS(n_members=1, random_state=random_state)
     return candidates

@@ -8,10 +8,10 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import OneVsRestCalibrator, fit_logistic_maps
-from ._logistic import LogisticFit, fit_logistic
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
+from reliacal.calibrators._logistic import LogisticFit, fit_logistic
 
 __all__ = ["BetaCalibration"]
 

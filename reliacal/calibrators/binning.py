@@ -7,9 +7,9 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import OneVsRestCalibrator, one_vs_rest_log_odds
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import OneVsRestCalibrator, one_vs_rest_log_odds
 
 __all__ = ["HistogramBinning"]
 

@@ -10,10 +10,10 @@ import numpy as np
 from scipy.special import log_softmax, softmax
 from sklearn.utils._param_validation import Interval
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import ClassicCalibrator
-from .temperature import TemperatureScaling
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import ClassicCalibrator
+from reliacal.calibrators.temperature import TemperatureScaling
 
 __all__ = ["EnsembleTemperatureScaling"]
 

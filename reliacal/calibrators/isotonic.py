@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from ._base import BaseCalibrator
-from ._classic import OneVsRestCalibrator
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import OneVsRestCalibrator
 
 __all__ = ["IsotonicCalibration"]
 

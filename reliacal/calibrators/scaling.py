@@ -25,11 +25,11 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, ParameterGrid
 from sklearn.utils._param_validation import Interval
 
-from .._docstrings import shared_doc
-from .._init_arguments import store_init_arguments
-from ..metrics import nll_scorer
-from ._base import BaseCalibrator, ConvergenceWarning
-from ._blas import single_threaded_blas
+from reliacal._docstrings import shared_doc
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
+from reliacal.calibrators._blas import single_threaded_blas
+from reliacal.metrics import nll_scorer
 
 __all__ = ["MatrixScaling", "VectorScaling", "check_matrix_size", "tuned_scaling"]
 

@@ -29,9 +29,9 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator, ConvergenceWarning
-from ._blas import single_threaded_blas
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
+from reliacal.calibrators._blas import single_threaded_blas
 
 __all__ = ["TemperatureScaling"]
 
@@ -563,7 +563,7 @@ class TemperatureScaling(BaseCalibrator):
         self.n_iter_ = solution.n_iter
 
     def _fit_ece(self, logits, y_index, sample_weight) -> None:
-        from ..metrics import expected_calibration_error
+        from reliacal.metrics import expected_calibration_error
 
         if sample_weight is not None:
             raise ValueError(

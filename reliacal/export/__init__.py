@@ -32,7 +32,7 @@ import copy
 import torch
 from torch import nn
 
-from ._modules import (
+from reliacal.export._modules import (
     AdaptiveTemperatureMap,
     CalibratorModule,
     EnsembleTemperatureMap,
@@ -153,7 +153,7 @@ def calibrator_module(calibrator) -> nn.Module:
         return _adaptive_module(calibrator, probabilities=probabilities).eval()
     # The classic calibrators take float64 logs of probabilities, the others logs in the
     # input's precision (BaseCalibrator._probabilities_to_logits and its override).
-    from ..calibrators._classic import ClassicCalibrator
+    from reliacal.calibrators._classic import ClassicCalibrator
 
     float64_logs = isinstance(calibrator, ClassicCalibrator)
     module = CalibratorModule(

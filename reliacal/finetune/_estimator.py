@@ -4,7 +4,7 @@
 :class:`~reliacal.finetune.DiffusionReconfigurer` take the same training
 settings under the same names, check their inputs the same way and run their
 fitted network over a ``Dataset`` the same way; the seed, split and
-divergence policy come from :class:`reliacal._torch_estimator.NetworkEstimatorMixin`
+divergence policy come from :class:`reliacal.training._estimator.NetworkEstimatorMixin`
 (shared with AdaptiveTS); the method-specific parts stay in their modules.
 """
 
@@ -23,12 +23,16 @@ from torch.utils.data import DataLoader, Dataset
 from reliacal._data import DEFAULT_LABEL_KEY, as_dataset, make_loader, split_batch
 from reliacal._device import resolve_device, to_device
 from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
-from reliacal._init_arguments import store_init_arguments
-from reliacal._persistence._mixin import SaveMixin
-from reliacal._torch_estimator import TRAINING_CONSTRAINTS, NetworkEstimatorMixin, training_config
+from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
 from reliacal.calibrators import ClassLabelMixin
-from reliacal.calibrators._parameters import spell_out_init_signature
-from reliacal.training import TrainingConfig, TrainingDivergedError
+from reliacal.persistence import SaveMixin
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    NetworkEstimatorMixin,
+    TrainingConfig,
+    TrainingDivergedError,
+    training_config,
+)
 
 # Estimator parameters that are TrainingConfig fields of the same name and meaning.
 _TRAINING_PARAMETERS = (

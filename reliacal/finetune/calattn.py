@@ -24,10 +24,14 @@ from torch.utils.data import Subset
 from reliacal._data import as_dataset, check_ordered
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
-from reliacal._torch_estimator import TRAINING_CONSTRAINTS, seeded_torch
 from reliacal.backbones import as_backbone
 from reliacal.calibrators import TemperatureScaling
-from reliacal.finetune._calattn_network import (
+from reliacal.finetune._estimator import (
+    FinetuneEstimator,
+    check_finite_inputs,
+    count_parameters,
+)
+from reliacal.finetune.calattn_network import (
     TOKENS,
     CalAttnLoss,
     CalAttnNetwork,
@@ -36,13 +40,8 @@ from reliacal.finetune._calattn_network import (
     float64_outputs,
     resolve_token,
 )
-from reliacal.finetune._estimator import (
-    FinetuneEstimator,
-    check_finite_inputs,
-    count_parameters,
-)
 from reliacal.finetune.losses import BASE_LOSSES, get_base_loss
-from reliacal.training import TrainingConfig, fit_module
+from reliacal.training import TRAINING_CONSTRAINTS, TrainingConfig, fit_module, seeded_torch
 
 __all__ = ["CalAttnFinetuner"]
 

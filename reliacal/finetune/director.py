@@ -2,7 +2,7 @@
 
 Dao, Pham, Nguyen, Truong, Low and Hoang, "Diffusion-Inspired Reconfiguration
 of Transformers for Uncertainty Calibration", arXiv 2602.08920. The network
-modules live in :mod:`reliacal.finetune._director_modules`; this module holds
+modules live in :mod:`reliacal.finetune.director_network`; this module holds
 the scikit-learn estimator.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -27,21 +26,27 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
-from reliacal._torch_estimator import TRAINING_CONSTRAINTS, resumable_seed, seeded_torch
-from reliacal._training.randomness import draw_shared_seed, loop_split
 from reliacal.backbones import as_backbone
-from reliacal.finetune._director_modules import (
-    SIGMA_FLOOR,
-    DirectorStudent,
-    DirectorTrainingModule,
-    build_student,
-)
 from reliacal.finetune._estimator import (
     FinetuneEstimator,
     check_finite_inputs,
     count_parameters,
 )
-from reliacal.training import fit_module
+from reliacal.finetune.director_network import (
+    SIGMA_FLOOR,
+    DirectorStudent,
+    DirectorTrainingModule,
+    WeightedDirectorLoss,
+    build_student,
+)
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    draw_shared_seed,
+    fit_module,
+    loop_split,
+    resumable_seed,
+    seeded_torch,
+)
 
 __all__ = ["DiffusionReconfigurer", "StudentBelowTeacherWarning"]
 
@@ -54,67 +59,9 @@ class StudentBelowTeacherWarning(UserWarning):
     """
 
 
-# What is summed per phase: the three loss terms, then the mean of sigma^2 (not a loss
-# term: the noise scale is read from it).
-_SUMMED = ("mean_matching", "noise_matching", "cross_entropy", "sigma_squared")
-
-
-class _DirectorLoss:
-    """``lam_mean * mean_matching + lam_var * noise_matching + lam_ce * CE``.
-
-    It also sums each term, and the mean of ``sigma^2`` (the fourth output of
-    :class:`DirectorTrainingModule`), detached, per phase (training steps run
-    with gradients enabled, validation under ``no_grad``), so that the
-    estimator can report per-epoch component and noise-scale histories. A
-    3-tuple of outputs (from before the fourth existed) reads its noise
-    matching as the mean of ``sigma^2``, which it was then.
-    """
-
-    def __init__(self, lambda_mean: float, lambda_var: float, lambda_ce: float):
-        self.weights = (lambda_mean, lambda_var, lambda_ce)
-        self.reset()
-
-    def reset(self) -> None:
-        self.sums: dict[str, dict[str, Any]] = {
-            phase: dict.fromkeys(_SUMMED, 0.0) for phase in ("train", "val")
-        }
-        self.counts = {"train": 0, "val": 0}
-        # Root mean square of sigma over one training batch, per optimiser step.
-        self.step_sigmas: list[torch.Tensor] = []
-
-    def __call__(self, outputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
-        logits, mean_error, noise_error, *rest = outputs
-        sigma_squared = rest[0] if rest else noise_error
-        terms = (mean_error.mean(), noise_error.mean(), F.cross_entropy(logits.float(), y))
-        phase = "train" if torch.is_grad_enabled() else "val"
-        n = int(y.shape[0])
-        statistics = (*terms, sigma_squared.mean())
-        for name, value in zip(_SUMMED, statistics):
-            # Kept as tensors: reading them every step would synchronise a GPU.
-            self.sums[phase][name] = self.sums[phase][name] + value.detach().double() * n
-        self.counts[phase] += n
-        if phase == "train":
-            self.step_sigmas.append(statistics[3].detach().sqrt())
-        return sum(weight * term for weight, term in zip(self.weights, terms))
-
-    def epoch_means(self) -> dict[str, float]:
-        means = {
-            f"{phase}_{name}": float(total) / self.counts[phase]
-            for phase, totals in self.sums.items()
-            if self.counts[phase]
-            for name, total in totals.items()
-        }
-        for phase in ("train", "val"):
-            if f"{phase}_sigma_squared" in means:
-                means[f"{phase}_sigma"] = means.pop(f"{phase}_sigma_squared") ** 0.5
-        if self.step_sigmas:
-            # One device-to-host copy, not one sync per step.
-            means["train_sigma_steps"] = torch.stack(self.step_sigmas).tolist()
-        self.reset()
-        return means
-
-
-def _record_components(history: list[dict], loss: _DirectorLoss, epoch: int, logs: dict) -> None:
+def _record_components(
+    history: list[dict], loss: WeightedDirectorLoss, epoch: int, logs: dict
+) -> None:
     history.append({**logs, **loss.epoch_means()})
 
 
@@ -496,7 +443,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         module = DirectorTrainingModule(
             teacher, student, n_eval_draws=int(self.n_draws), noise_target=self.noise_target
         )
-        loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
+        loss = WeightedDirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
         config = self._training_config(
             optimizer="adamw",

@@ -228,7 +228,7 @@ def test_module_level_save_writes_a_folder_without_extension(tmp_path):
     ids=lambda cls: cls.__name__,
 )
 def test_every_estimator_saves_through_the_one_save_method(estimator):
-    from reliacal._persistence._mixin import SaveMixin
+    from reliacal.persistence._mixin import SaveMixin
 
     assert estimator.save is SaveMixin.save
 

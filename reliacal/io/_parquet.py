@@ -71,7 +71,7 @@ class _Columns:
 
 
 def _columns(path: Path, frame, probs_key, labels_key, classes) -> _Columns:
-    from reliacal.io import _arrange_table, _given_classes, table_from_frame
+    from reliacal.io._prediction_files import _arrange_table, _given_classes, table_from_frame
 
     table = table_from_frame(path, frame, probs_key, labels_key, labels_in_table=True)
     table = _arrange_table(path, table, table.labels, classes)
@@ -150,7 +150,7 @@ def stream_parquet(
         ) from None
 
     from reliacal._validation import check_logits
-    from reliacal.io import _explain_not_probabilities
+    from reliacal.io._prediction_files import _explain_not_probabilities
 
     path = Path(path)
     files = parquet_files(path)

@@ -23,10 +23,10 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods
 
-from reliacal._training.checkpoint import check_checkpoint_dir, read_seed_file, write_seed_file
-from reliacal._training.constraints import TRAINING_CONSTRAINTS as _TRAINER_CONSTRAINTS
-from reliacal._training.randomness import SplitStream, broadcast_seed, split_indices
-from reliacal.training import TrainingConfig, TrainingDivergedError
+from reliacal.training._checkpoint import check_checkpoint_dir, read_seed_file, write_seed_file
+from reliacal.training._constraints import TRAINING_CONSTRAINTS as _TRAINER_CONSTRAINTS
+from reliacal.training._fit import TrainingConfig, TrainingDivergedError
+from reliacal.training._randomness import SplitStream, broadcast_seed, split_indices
 
 __all__ = [
     "TRAINING_CONSTRAINTS",
@@ -188,7 +188,7 @@ class NetworkEstimatorMixin:
 
     ``_split_stream``
         How :meth:`_split` shuffles (see
-        :func:`reliacal._training.randomness.split_indices`).
+        :func:`reliacal.training._randomness.split_indices`).
     ``_seed_from_int``
         ``True``: even an integer ``random_state`` is only the seed of a
         NumPy generator from which the fit's seed is drawn (CalAttn);

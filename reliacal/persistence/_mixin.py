@@ -35,6 +35,6 @@ class SaveMixin:
         ['arrays.npz', 'manifest.json']
         """
         # Imported here: the persistence codec is needed only when saving.
-        from ..persistence import save
+        from reliacal.persistence._saving import save
 
         save(self, path)

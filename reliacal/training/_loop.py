@@ -24,7 +24,7 @@ A maintainer's map of the moving parts:
 - EMA. With ``ema_decay`` an average of the trainable parameters is updated
   after each optimiser step; validation and the kept weights use it, the
   optimiser never sees it.
-- NaN guard. See :mod:`reliacal._training.guard`: the state of the last two
+- NaN guard. See :mod:`reliacal.training._guard`: the state of the last two
   steps is kept so that a failure hands back weights known to be good.
 """
 
@@ -48,20 +48,20 @@ from tqdm.auto import tqdm
 
 from reliacal._data import collate_fn_of, split_batch
 from reliacal._device import resolve_device, to_device
-from reliacal._training.checkpoint import (
+from reliacal.training._checkpoint import (
     check_checkpoint_dir,
     check_entries,
     checkpoint_path,
     load_checkpoint,
     save_checkpoint,
 )
-from reliacal._training.evaluation import as_input, batch_length, evaluate
-from reliacal._training.guard import LastGoodWeights
-from reliacal._training.optim import Precision, make_optimizer, make_scheduler
-from reliacal._training.randomness import draw_shared_seed, loop_split, seed_streams
-from reliacal._training.results import TrainingDivergedError, TrainingResult
-from reliacal._training.selection import improves, warn_if_never_above_chance
-from reliacal._training.state import (
+from reliacal.training._evaluation import as_input, batch_length, evaluate
+from reliacal.training._guard import LastGoodWeights
+from reliacal.training._optim import Precision, make_optimizer, make_scheduler
+from reliacal.training._randomness import draw_shared_seed, loop_split, seed_streams
+from reliacal.training._results import TrainingDivergedError, TrainingResult
+from reliacal.training._selection import improves, warn_if_never_above_chance
+from reliacal.training._state import (
     ExponentialMovingAverage,
     capture_rng_state,
     cpu_state,

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reliacal._chunked_report import STREAMABLE_COLUMNS
-from reliacal._parquet_stream import stream_parquet
 from reliacal.cli import main
+from reliacal.cli._chunked_report import STREAMABLE_COLUMNS
+from reliacal.io._parquet import stream_parquet
 from reliacal.metrics import calibration_report, softmax
 
 pq = pytest.importorskip("pyarrow.parquet")

@@ -1,19 +1,4 @@
-"""The ``reliacal`` command: evaluate, calibrate and demonstrate from a shell.
-
-``reliacal evaluate PRED`` prints the calibration report of a prediction
-file; ``reliacal calibrate CAL EVAL --method temperature`` fits a post-hoc
-calibrator on one file and reports before/after on the other;
-``reliacal demo`` trains the demo classifier and writes a report. A user
-mistake (missing file, unknown key, shapes that disagree, values that are not
-probabilities) ends with one line on stderr and exit status 1, never a
-traceback.
-
-Output files (``--out``, ``--plot``, ``--save-model``) are checked before any
-work: the extension says the format (``--out`` writes ``.npz``, ``.csv`` or
-``.parquet``; ``--plot`` any image format matplotlib writes), an input file is
-never overwritten, two outputs never share a path, and an existing file is
-replaced only with ``--force``. The path reported is the path written.
-"""
+"""The commands, their options and their handlers."""
 
 from __future__ import annotations
 
@@ -288,13 +273,13 @@ def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
 
 
 def _evaluate(arguments: argparse.Namespace) -> int:
-    from reliacal._chunked_report import (
+    from reliacal.cli._chunked_report import (
         REPORT_COLUMNS,
         STREAMABLE_COLUMNS,
         metric_states,
         report_from_states,
     )
-    from reliacal._parquet_stream import is_parquet_input
+    from reliacal.io import is_parquet_input
 
     outputs = _check_outputs(arguments, [arguments.predictions, arguments.labels])
     name = arguments.name or Path(arguments.predictions).stem
@@ -332,7 +317,7 @@ def _evaluate(arguments: argparse.Namespace) -> int:
 
 def _stream(arguments: argparse.Namespace, name: str) -> dict:
     """``{name: state}`` of a parquet file or folder read batch by batch."""
-    from reliacal._parquet_stream import stream_parquet
+    from reliacal.io import stream_parquet
 
     state, source = stream_parquet(
         arguments.predictions,
@@ -387,12 +372,12 @@ def _calibrate(arguments: argparse.Namespace) -> int:
     if "--plot" in outputs:
         _plot(arguments, outputs["--plot"], evaluation.labels, models, classes)
     if "--out" in outputs:
-        from reliacal._cli_outputs import write_predictions
+        from reliacal.cli._outputs import write_predictions
 
         written = write_predictions(outputs["--out"], calibrated, evaluation.labels, classes)
         _say(f"wrote {written}")
     if "--save-model" in outputs:
-        from reliacal._cli_outputs import write_atomically
+        from reliacal.cli._outputs import write_atomically
         from reliacal.persistence import save
 
         # reliacal's pickle-free format (manifest.json + arrays.npz), one zip archive.
@@ -469,7 +454,7 @@ def _report(
     predictions: dict[str, np.ndarray],
     labels: Any = None,
 ) -> None:
-    from reliacal._chunked_report import metric_states, report_from_states
+    from reliacal.cli._chunked_report import metric_states, report_from_states
 
     states = metric_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
     _print_report(arguments, report_from_states(states))
@@ -496,7 +481,7 @@ def _plot(arguments, out: Path, y_true, predictions, labels) -> None:
         y_true, predictions, n_bins=arguments.n_bins, strategy=arguments.strategy, labels=labels
     )
     figure = next(iter(displays.values())).figure_
-    from reliacal._cli_outputs import write_atomically
+    from reliacal.cli._outputs import write_atomically
 
     try:
         written = write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120))
@@ -507,7 +492,7 @@ def _plot(arguments, out: Path, y_true, predictions, labels) -> None:
 
 def _check_outputs(arguments: argparse.Namespace, inputs: list[str | None]) -> dict[str, Path]:
     """Refuse output paths that would fail or clobber a file, before any work is done."""
-    from reliacal._cli_outputs import check_outputs
+    from reliacal.cli._outputs import check_outputs
 
     outputs = {
         f"--{option.replace('_', '-')}": getattr(arguments, option, None)

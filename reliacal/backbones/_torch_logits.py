@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .backbones import BackboneAdapter, as_backbone, extract_outputs
-from .backbones._hf import hf_adapter_for
-from .backbones._timm import is_timm_model
+from reliacal.backbones._base import BackboneAdapter
+from reliacal.backbones._extract import extract_outputs
+from reliacal.backbones._hf import hf_adapter_for
+from reliacal.backbones._resolve import as_backbone
+from reliacal.backbones._timm import is_timm_model
 
 __all__ = ["OutputIsLogits", "logits_adapter", "torch_logits"]
 

@@ -1,10 +1,4 @@
-"""Reading prediction files written by other tools into validated probabilities and labels.
-
-``.npz``, ``.npy``, ``.csv`` and ``.parquet`` files become a
-:class:`Predictions` record (probabilities, labels, the class of each column
-and a one-line description of where each came from), as the ``reliacal``
-command reads them.
-"""
+"""Prediction files (.npz, .npy, .csv, .parquet) read into a Predictions record."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reliacal._columns import number_columns, odd_column, pandas_index_columns
+from reliacal.io._columns import number_columns, odd_column, pandas_index_columns
 
 __all__ = ["Predictions", "load_prediction_file"]
 

@@ -1,6 +1,6 @@
 """Training state that outlives one step: EMA weights and RNG states.
 
-Checkpoint files are :mod:`reliacal._training.checkpoint`'s job.
+Checkpoint files are :mod:`reliacal.training._checkpoint`'s job.
 """
 
 from __future__ import annotations

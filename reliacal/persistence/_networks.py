@@ -65,7 +65,7 @@ def encode_network(encoder: Any, module: Any, where: str) -> dict:
 
 def _build(kind: str, config: dict, decoder: Any, owner: Any) -> Any:
     if kind == "adaptive_ts":
-        from ..calibrators.adaptive import _AdaptiveTemperatureNetwork
+        from reliacal.calibrators.adaptive import _AdaptiveTemperatureNetwork
 
         return _AdaptiveTemperatureNetwork(
             config["n_features"],
@@ -79,8 +79,8 @@ def _build(kind: str, config: dict, decoder: Any, owner: Any) -> Any:
         # The estimator's own builder, around (a copy of) the backbone given to load.
         return owner._build_network(0)
     if kind == "director":
-        from ..backbones import as_backbone
-        from ..finetune._director_modules import build_student
+        from reliacal.backbones import as_backbone
+        from reliacal.finetune.director_network import build_student
 
         teacher = copy.deepcopy(as_backbone(owner.backbone)).cpu().eval()
         teacher.requires_grad_(False)

@@ -1,12 +1,4 @@
-"""The demo data and the demo's tiny classifier.
-
-Scikit-learn's bundled digits as small images, a tiny timm Vision Transformer
-for them, a fixed train / calibration / test split, and the plain
-cross-entropy training run (through the shared loop in
-:mod:`reliacal.training`). Prediction files written by other tools are read
-by :mod:`reliacal.io`; WordNet glosses (a real text task) by
-:func:`load_wordnet_glosses`.
-"""
+"""The digits images, the tiny models, the split and the training run."""
 
 from __future__ import annotations
 
@@ -17,11 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 # The WordNet loader lives in its own module (one job each) and is part of this API.
-from reliacal._wordnet import load_wordnet_glosses
-
-# Prediction-file reading moved to reliacal.io; these names stay importable from here for
-# code written before the move.
-from reliacal.io import Predictions, load_prediction_file  # noqa: F401
+from reliacal.datasets._wordnet import load_wordnet_glosses
 
 if TYPE_CHECKING:  # imported lazily at run time: torch and timm are slow to import
     import torch
@@ -132,7 +120,7 @@ def make_tiny_vit(
     """
     from timm.models.vision_transformer import VisionTransformer
 
-    from reliacal._torch_estimator import seeded_torch
+    from reliacal.training import seeded_torch
 
     if image_size % patch_size:
         raise ValueError(
@@ -213,7 +201,7 @@ def make_tiny_bert(
     """
     from transformers import BertConfig, BertForSequenceClassification
 
-    from reliacal._torch_estimator import seeded_torch
+    from reliacal.training import seeded_torch
 
     if hidden_size % num_heads:
         raise ValueError(

@@ -1,20 +1,4 @@
-"""``reliacal demo``: train a tiny Vision Transformer on the digits, calibrate it, report.
-
-The demo trains :func:`reliacal.datasets.make_tiny_vit` with plain
-cross-entropy on scikit-learn's digits (fixed seed; stratified train /
-calibration / test split), runs every method of :data:`METHODS` on it, and
-writes a folder with ``report.md`` and ``report.html`` (the metric table of
-:func:`reliacal.metrics.calibration_report` and the reliability diagrams side
-by side), the PNG figures, the test predictions of every method
-(``predictions.npz``) and the calibration and test logits as prediction files
-that ``reliacal calibrate`` reads.
-
-A method is one :class:`DemoMethod` line in :data:`METHODS`: a name and a
-function from the :class:`DemoContext` (the trained model, its adapter, the
-data splits, the cached logits and pooled features, the training settings,
-the seed) to the test probabilities, or to a :class:`MethodOutput` that also
-carries extra figures.
-"""
+"""The demo's data, methods and run."""
 
 from __future__ import annotations
 
@@ -28,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reliacal._demo_report import ReportWriter, slug
 from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
 from reliacal.calibrators.scaling import tuned_scaling
+from reliacal.demo._report import ReportWriter, slug
 from reliacal.metrics import calibration_report, compare, softmax
 
 __all__ = [
@@ -421,7 +405,6 @@ def run_demo(
 
 def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
 
-    from reliacal._torch_estimator import seeded_torch
     from reliacal.backbones import as_backbone, extract_outputs
     from reliacal.datasets import (
         default_digits_training_config,
@@ -429,6 +412,7 @@ def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
         train_calibration_test_split,
         train_digits_classifier,
     )
+    from reliacal.training import seeded_torch
 
     methods = list(METHODS if methods is None else methods)
     slugs = _method_slugs(methods)

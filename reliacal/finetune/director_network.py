@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -654,3 +655,63 @@ class DirectorTrainingModule(nn.Module):
             log_probs = torch.log_softmax(sampled.float(), dim=-1)
             logits = torch.logsumexp(log_probs, dim=0) - math.log(self.n_eval_draws)
         return logits, mean_error, noise_error, sigma_squared
+
+
+# What is summed per phase: the three loss terms, then the mean of sigma^2 (not a loss
+# term: the noise scale is read from it).
+_SUMMED = ("mean_matching", "noise_matching", "cross_entropy", "sigma_squared")
+
+
+class WeightedDirectorLoss:
+    """``lam_mean * mean_matching + lam_var * noise_matching + lam_ce * CE``.
+
+    It also sums each term, and the mean of ``sigma^2`` (the fourth output of
+    :class:`DirectorTrainingModule`), detached, per phase (training steps run
+    with gradients enabled, validation under ``no_grad``), so that the
+    estimator can report per-epoch component and noise-scale histories. A
+    3-tuple of outputs (from before the fourth existed) reads its noise
+    matching as the mean of ``sigma^2``, which it was then.
+    """
+
+    def __init__(self, lambda_mean: float, lambda_var: float, lambda_ce: float):
+        self.weights = (lambda_mean, lambda_var, lambda_ce)
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums: dict[str, dict[str, Any]] = {
+            phase: dict.fromkeys(_SUMMED, 0.0) for phase in ("train", "val")
+        }
+        self.counts = {"train": 0, "val": 0}
+        # Root mean square of sigma over one training batch, per optimiser step.
+        self.step_sigmas: list[torch.Tensor] = []
+
+    def __call__(self, outputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
+        logits, mean_error, noise_error, *rest = outputs
+        sigma_squared = rest[0] if rest else noise_error
+        terms = (mean_error.mean(), noise_error.mean(), F.cross_entropy(logits.float(), y))
+        phase = "train" if torch.is_grad_enabled() else "val"
+        n = int(y.shape[0])
+        statistics = (*terms, sigma_squared.mean())
+        for name, value in zip(_SUMMED, statistics):
+            # Kept as tensors: reading them every step would synchronise a GPU.
+            self.sums[phase][name] = self.sums[phase][name] + value.detach().double() * n
+        self.counts[phase] += n
+        if phase == "train":
+            self.step_sigmas.append(statistics[3].detach().sqrt())
+        return sum(weight * term for weight, term in zip(self.weights, terms))
+
+    def epoch_means(self) -> dict[str, float]:
+        means = {
+            f"{phase}_{name}": float(total) / self.counts[phase]
+            for phase, totals in self.sums.items()
+            if self.counts[phase]
+            for name, total in totals.items()
+        }
+        for phase in ("train", "val"):
+            if f"{phase}_sigma_squared" in means:
+                means[f"{phase}_sigma"] = means.pop(f"{phase}_sigma_squared") ** 0.5
+        if self.step_sigmas:
+            # One device-to-host copy, not one sync per step.
+            means["train_sigma_steps"] = torch.stack(self.step_sigmas).tolist()
+        self.reset()
+        return means

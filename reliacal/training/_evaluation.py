@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader
 
 from reliacal._data import split_batch
 from reliacal._device import to_device
-from reliacal._training.selection import chance_accuracy
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+from reliacal.training._selection import chance_accuracy
 
 N_BINS = 15
 
@@ -60,7 +60,7 @@ def evaluate(
     ``params`` (EMA weights) replace the module's trainable parameters for this
     pass only. Returns the scores, the reason why ECE / NLL / accuracy cannot
     be computed (None when they are), and the chance accuracy of the
-    validation labels (:func:`~reliacal._training.selection.chance_accuracy`;
+    validation labels (:func:`~reliacal.training._selection.chance_accuracy`;
     None without classification scores).
     """
     was_training = module.training

@@ -1,14 +1,4 @@
-"""The one training loop shared by every reliacal estimator that trains a network.
-
-:func:`fit_module` trains any ``nn.Module`` on a torch ``Dataset`` of ``(x, y)``
-pairs: AdamW (or Adam, SGD) with a warm-up then cosine learning-rate schedule,
-gradient clipping, mixed precision on CUDA, a held-out validation split scored
-by ECE / NLL / loss / accuracy with best-checkpoint selection and early
-stopping, an optional EMA of the weights, a NaN guard, resumable checkpoints
-and ``torch.distributed`` (DDP) training. :class:`TrainingConfig` holds the
-settings; AdaptiveTS, CalAttnFinetuner and DiffusionReconfigurer build one from
-their hyperparameters.
-"""
+"""The training loop's public entry points: fit_module and TrainingConfig."""
 
 from __future__ import annotations
 
@@ -22,10 +12,10 @@ from sklearn.utils._param_validation import validate_parameter_constraints
 from torch import nn
 from torch.utils.data import Dataset, IterableDataset
 
-from reliacal._training.checkpoint import CheckpointError
-from reliacal._training.constraints import TRAINING_CONSTRAINTS
-from reliacal._training.loop import PreservedHostRNG, Run
-from reliacal._training.results import TrainingDivergedError, TrainingResult
+from reliacal.training._checkpoint import CheckpointError
+from reliacal.training._constraints import TRAINING_CONSTRAINTS
+from reliacal.training._loop import PreservedHostRNG, Run
+from reliacal.training._results import TrainingDivergedError, TrainingResult
 
 __all__ = [
     "CheckpointError",

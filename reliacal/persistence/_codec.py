@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import is_torch_module, is_torch_tensor
+from reliacal._validation import is_torch_module, is_torch_tensor
 
 __all__ = ["Decoder", "Encoder", "class_path", "resolve_class"]
 
@@ -47,7 +47,7 @@ def resolve_class(path: str, *, base: type | None = None) -> type:
 
 def _backbone_summary(backbone: Any) -> dict:
     """The class of the user's model (and its configuration when it has one, for the record)."""
-    from ..backbones import BackboneAdapter
+    from reliacal.backbones import BackboneAdapter
 
     model = backbone.model if isinstance(backbone, BackboneAdapter) else backbone
     summary = {"class": class_path(type(model))}
@@ -155,7 +155,7 @@ class Encoder:
         if type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas"):
             return self._data_frame(value, where)
         if is_torch_module(value):
-            from ._networks import encode_network
+            from reliacal.persistence._networks import encode_network
 
             return encode_network(self, value, where)
         # A plain tensor only: a Parameter or another subclass would load back as a Tensor.
@@ -251,7 +251,7 @@ class Decoder:
                 "pass it, or a function that builds it, as reliacal.load(path, backbone=...)"
             )
         model = self.model()
-        from ..backbones import BackboneAdapter
+        from reliacal.backbones import BackboneAdapter
 
         given = model.model if isinstance(model, BackboneAdapter) else model
         expected = value["$backbone"]["class"]
@@ -269,7 +269,7 @@ class Decoder:
         return self.backbone
 
     def _adapter(self, estimator: Any, fingerprint: str) -> Any:
-        from ..backbones import as_backbone
+        from reliacal.backbones import as_backbone
 
         adapter = as_backbone(estimator.backbone)
         if Encoder.fingerprint(adapter) != fingerprint:
@@ -315,7 +315,7 @@ class Decoder:
         if "$tensor" in data:
             return self.tensor(data)
         if "$network" in data:
-            from ._networks import decode_network
+            from reliacal.persistence._networks import decode_network
 
             return decode_network(self, data, owner)
         raise ValueError(f"the manifest holds an unknown tag {sorted(data)[0]!r}")

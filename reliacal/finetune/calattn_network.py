@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from reliacal.backbones import BackboneAdapter, BackboneOutput
-from reliacal.finetune._director_modules import inverse_softplus
+from reliacal.finetune.director_network import inverse_softplus
 from reliacal.finetune.losses import brier_loss
 
 TOKENS = ("cls", "patch_mean", "concat", "pooled")
