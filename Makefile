@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format install clean
+.PHONY: demo test lint format install wheel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +29,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check reliacal tests benchmarks examples
 	$(BIN)/ruff format --check reliacal tests benchmarks examples
 
+# Build the sdist and the wheel, install the wheel alone in a fresh venv, smoke-test it.
+wheel: $(STAMP)
+	.ci/check_wheel
+
 format: $(STAMP)
 	$(BIN)/ruff format reliacal tests benchmarks examples
 	$(BIN)/ruff check --fix reliacal tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) reliacal-demo .pytest_cache
+	rm -rf $(VENV) reliacal-demo .pytest_cache build dist

@@ -720,3 +720,11 @@ def test_calibrate_adaptive_is_seeded(capsys, tmp_path):
     direct = AdaptiveTS(random_state=0, classes=np.arange(3)).fit(logits[:200], labels[:200])
     with np.load(out_file) as saved:
         np.testing.assert_allclose(saved["probs"], direct.predict_proba(logits[200:]), atol=1e-6)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag_prints_the_package_version(flag, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([flag])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"reliacal {reliacal.__version__}"

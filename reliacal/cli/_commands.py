@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from reliacal._version import __version__
+
 __all__ = ["main"]
 
 _FORMATS = ("table", "csv", "json")
@@ -95,6 +97,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="reliacal",
         description="Measure, plot and fix the calibration of a classifier's probabilities.",
     )
+    parser.add_argument("-V", "--version", action="version", version=f"reliacal {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in _COMMANDS.items():
         subparser = commands.add_parser(name, help=command.summary, description=command.description)
