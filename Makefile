@@ -26,8 +26,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check reliacal tests benchmarks examples
-	$(BIN)/ruff format --check reliacal tests benchmarks examples
+	$(BIN)/ruff check reliacal tests benchmarks examples docs .ci
+	$(BIN)/ruff format --check reliacal tests benchmarks examples docs .ci
 
 # The documentation site in docs/_build/html; any warning (a broken reference, a docstring
 # that does not render, a gallery example that fails) fails the build.

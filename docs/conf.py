@@ -137,7 +137,6 @@ def _write_api_pages(srcdir: Path) -> None:
         target.write_text(index)
 
 
-
 # Broken references to reliacal's own objects are errors; references to other
 # libraries (numpy, torch, scikit-learn) cannot resolve offline and are ignored.
 nitpicky = True
