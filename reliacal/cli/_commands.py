@@ -308,7 +308,8 @@ def _evaluate(arguments: argparse.Namespace) -> int:
     )
     plot = None
     if "--plot" in outputs:
-        plot = (outputs["--plot"], predictions.labels, models, predictions.classes)
+        titled = {_plot_title(arguments, name): predictions.probs}
+        plot = (outputs["--plot"], predictions.labels, titled, predictions.classes)
     # The states hold all the metrics need: free the matrix before the quantile and smoothed
     # metrics sort and smooth the confidences, so that the peak stays near the input's size.
     del predictions, models
@@ -316,6 +317,15 @@ def _evaluate(arguments: argparse.Namespace) -> int:
     if plot is not None:
         _plot(arguments, *plot)
     return 0
+
+
+def _plot_title(arguments: argparse.Namespace, name: str) -> str:
+    """The diagram's title: ``--name``, else the ``--probs-key`` of an .npz file (the key
+    that names the model among the file's arrays), else the file's stem (``name``)."""
+    if arguments.name is None and arguments.probs_key is not None:
+        if Path(arguments.predictions).suffix.lower() == ".npz":
+            return arguments.probs_key
+    return name
 
 
 def _stream(arguments: argparse.Namespace, name: str) -> dict:

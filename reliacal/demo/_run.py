@@ -215,14 +215,39 @@ def post_hoc(
 
 
 def _temperature_histogram(temperatures: np.ndarray):
+    """Histogram of the per-sample temperatures, on an axis that spans them.
+
+    The axis fits the temperatures, not ``T = 1``: a spread of a few thousandths next to
+    ``T = 1`` would be one bar at the axis' edge. ``T = 1`` (the logits unchanged) is drawn
+    when it lies on the axis, and the title says where it is when it does not. When every
+    sample has the same temperature, the title gives it.
+    """
     import matplotlib.pyplot as plt
 
     figure, ax = plt.subplots(figsize=(5.0, 3.2), layout="constrained")
-    ax.hist(temperatures, bins=30, color="C0", edgecolor="white")
-    ax.axvline(1.0, color="0.4", ls="--", lw=1, label="T = 1 (unchanged logits)")
+    low, high = float(np.min(temperatures)), float(np.max(temperatures))
+    notes = []
+    # Equal up to rounding: one temperature computed per sample in float32 differs in the
+    # last digits.
+    if high - low <= 1e-6 * max(abs(high), 1.0):
+        width = 0.01 * max(abs(high), 1.0)
+        ax.bar([low], [len(temperatures)], width=width, color="C0", edgecolor="white")
+        ax.set_xlim(low - 5.0 * width, low + 5.0 * width)
+        notes.append(f"all {len(temperatures)} test samples: T = {low:.4g}")
+    else:
+        ax.hist(temperatures, bins=30, range=(low, high), color="C0", edgecolor="white")
+        margin = 0.05 * (high - low)
+        ax.set_xlim(low - margin, high + margin)
+    shown_low, shown_high = ax.get_xlim()
+    if shown_low <= 1.0 <= shown_high:
+        ax.axvline(1.0, color="0.4", ls="--", lw=1, label="T = 1 (unchanged logits)")
+        ax.legend(fontsize="small")
+    else:
+        side = "left" if shown_low > 1.0 else "right"
+        notes.append(f"T = 1 (unchanged logits) lies off the axis, to the {side}")
+    ax.set_title("\n".join(notes), fontsize="medium")
     ax.set_xlabel("temperature T(x)")
     ax.set_ylabel("test samples")
-    ax.legend(fontsize="small")
     return figure
 
 
