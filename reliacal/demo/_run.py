@@ -206,8 +206,8 @@ def post_hoc(
             temperatures = np.asarray(estimator.temperature(X_test))
             output.figures["Temperature per test sample"] = _temperature_histogram(temperatures)
             output.details = (
-                f"T from {temperatures.min():.3g} to {temperatures.max():.3g}, "
-                f"median {np.median(temperatures):.3g}"
+                f"T from {temperatures.min():.4g} to {temperatures.max():.4g}, "
+                f"median {np.median(temperatures):.4g}"
             )
         return output
 
