@@ -8,8 +8,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from reliacal.metrics import compare, expected_calibration_error, smooth_reliability_curve
-from reliacal.metrics._smooth_band import smooth_reliability_band
+from reliacal.metrics import (
+    compare,
+    expected_calibration_error,
+    smooth_reliability_band,
+    smooth_reliability_curve,
+)
 from reliacal.plot import ReliabilityDisplay
 
 
