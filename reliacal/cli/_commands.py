@@ -276,20 +276,18 @@ def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
 
 
 def _evaluate(arguments: argparse.Namespace) -> int:
-    from reliacal.cli._chunked_report import (
-        REPORT_COLUMNS,
-        STREAMABLE_COLUMNS,
-        metric_states,
-        report_from_states,
-    )
     from reliacal.io import is_parquet_input
+    from reliacal.metrics import calibration_states, report_from_states
 
     outputs = _check_outputs(arguments, [arguments.predictions, arguments.labels])
     name = arguments.name or Path(arguments.predictions).stem
-    columns = STREAMABLE_COLUMNS if arguments.streamable_only else REPORT_COLUMNS
+    streamable_only = arguments.streamable_only
     if is_parquet_input(arguments.predictions):
         if arguments.labels is None and "--plot" not in outputs:
-            _print_report(arguments, report_from_states(_stream(arguments, name), columns))
+            _print_report(
+                arguments,
+                report_from_states(_stream(arguments, name), streamable_only=streamable_only),
+            )
             return 0
         if Path(arguments.predictions).is_dir():
             raise UserError(
@@ -299,7 +297,7 @@ def _evaluate(arguments: argparse.Namespace) -> int:
             )
     predictions = _load(arguments.predictions, arguments.labels, arguments)
     models = {name: predictions.probs}
-    states = metric_states(
+    states = calibration_states(
         predictions.labels,
         models,
         n_bins=arguments.n_bins,
@@ -313,7 +311,7 @@ def _evaluate(arguments: argparse.Namespace) -> int:
     # The states hold all the metrics need: free the matrix before the quantile and smoothed
     # metrics sort and smooth the confidences, so that the peak stays near the input's size.
     del predictions, models
-    _print_report(arguments, report_from_states(states, columns))
+    _print_report(arguments, report_from_states(states, streamable_only=streamable_only))
     if plot is not None:
         _plot(arguments, *plot)
     return 0
@@ -467,9 +465,9 @@ def _report(
     predictions: dict[str, np.ndarray],
     labels: Any = None,
 ) -> None:
-    from reliacal.cli._chunked_report import metric_states, report_from_states
+    from reliacal.metrics import calibration_states, report_from_states
 
-    states = metric_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
+    states = calibration_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
     _print_report(arguments, report_from_states(states))
 
 

@@ -41,7 +41,7 @@ REPORT_COLUMNS = (
     "smooth_ece",
     "nll",
     "brier",
-    "overconfidence",
+    "signed_ece",
 )
 
 

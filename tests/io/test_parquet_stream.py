@@ -10,12 +10,14 @@ import pandas as pd
 import pytest
 
 from reliacal.cli import main
-from reliacal.cli._chunked_report import STREAMABLE_COLUMNS
 from reliacal.io._parquet import stream_parquet
-from reliacal.metrics import calibration_report, softmax
+from reliacal.metrics import calibration_report, report_columns, softmax
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
+
+
+STREAMABLE_COLUMNS = report_columns(streamable_only=True)
 
 
 def _data(n_samples, n_classes=4, seed=0):
