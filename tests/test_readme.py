@@ -1,5 +1,6 @@
 """The README's Python blocks run as written, so the quick start cannot rot."""
 
+import importlib.util
 import re
 import warnings
 from pathlib import Path
@@ -44,3 +45,24 @@ def test_readme_block_runs(index, tmp_path, monkeypatch):
         assert namespace["temperatures"].shape == (600,)
         assert (namespace["per_sample_scale"] > 0).all()
         assert (namespace["scores"].to_numpy() >= 0).all()
+
+
+def _layout_rows() -> dict[str, int]:
+    """Unit -> layer, from the table of the README's Layout section."""
+    layout = README.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in layout.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0].isdigit():
+            for name in re.findall(r"`([\w]+)(?:\.py|/)`", cells[1]):
+                rows[name] = int(cells[0])
+    return rows
+
+
+def test_layout_section_is_the_architecture_tests_layers():
+    spec = importlib.util.spec_from_file_location(
+        "architecture", Path(__file__).with_name("test_architecture.py")
+    )
+    architecture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(architecture)
+    assert _layout_rows() == architecture.LAYER_OF
