@@ -381,9 +381,9 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
       data and starts the temperature head at that one temperature (its last
       layer's weights zero, its bias ``softplus^-1(T)``), so the per-sample
       part only has to learn deviations from the global NLL optimum. The
-      published random start begins far from any useful temperature; on a
-      few hundred calibration samples the network then stops while still
-      worse than a single temperature. The starting point also competes in the epoch selection: when
+      published random start begins far from any useful temperature, and a
+      small calibration set stops the training before it gets there. The
+      starting point also competes in the epoch selection: when
       no epoch's validation NLL is below the single temperature's, the
       per-sample part is dropped (``fell_back``) and ``T(x)`` becomes the
       TemperatureScaling temperature of all the calibration data, training
@@ -401,10 +401,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
       geometric mean of their temperatures: one network's ECE moves with its
       seed, the mean of several is steadier.
 
-    Measured effects of these choices (the variants on tuning splits, the
-    defaults and ``confidence_inputs=True, n_members=5`` on unseen splits)
-    are in ``benchmarks/results/adaptive_ts_variants.md`` and
-    ``benchmarks/results/posthoc_quality.md``.
+    Why each of these defaults: the AdaptiveTS sections of
+    ``benchmarks/results/decisions.md``.
 
     Parameters
     ----------
@@ -413,48 +411,60 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         them are the features. ``None``: every column is a logit, and the
         logits are the features. Must be ``None`` with a ``backbone``.
     latent_dim : int, default=16
-        Dimension of the latent code ``u``.
+        Dimension of the latent code ``u``; 16, as published.
     hidden_layer_sizes : "auto" or tuple of int, default="auto"
         Widths of the encoder's hidden layers, and of the decoder's.
         ``"auto"``: the published ``(1024, 512, 512)`` for ``D >= 256``
         features, and ``(w, w/2, w/2)`` with ``w = max(128, 4 D)`` below, so
-        that ten logits do not feed a 1024-wide network.
+        that ten logits do not feed a 1024-wide network
+        (``benchmarks/results/decisions.md#adaptivets-hidden-widths``).
     temperature_hidden_sizes : tuple of int, default=(128, 128)
-        Widths of the temperature head's hidden layers.
+        Widths of the temperature head's hidden layers, as published.
     learning_rate : float, default=5e-4
-        Adam's learning rate (constant).
+        Adam's learning rate (constant), as published.
     max_epochs : int, default=100
-        Maximum passes over the training part of the calibration data.
+        Maximum passes over the training part of the calibration data; 100,
+        the published fixed budget.
     weight_decay : float, default=0.0
         Decoupled weight decay (AdamW; 0 is Adam, as published).
     validation_fraction : float, default=0.2
         Fraction of the calibration data held out (seeded split) to select
         the epoch with the lowest validation NLL of ``softmax(z / T(x))``;
         0 trains on all of it and keeps the last epoch. 0.2 rather than
-        scikit-learn's 0.1: with 5,000 calibration samples a 500-sample
-        validation set picked noisier epochs (``benchmarks/posthoc_quality.py``).
+        scikit-learn's 0.1, whose smaller validation part picked noisier
+        epochs (``benchmarks/results/decisions.md#adaptivets-validation-split``).
     n_iter_no_change : int or None, default=10
         Stop after this many epochs without a lower validation NLL; ``None``
-        trains for ``max_epochs``. Needs ``validation_fraction > 0``.
+        trains for ``max_epochs``. Needs ``validation_fraction > 0``. Early
+        stopping is a departure from the published recipe (see above).
     n_draws : int, default=1
         1: predict at the posterior mean of ``u`` (deterministic). More:
         average the probabilities over this many sampled ``u`` (seeded).
-        Read at each prediction, so it may be changed after ``fit``.
+        Read at each prediction, so it may be changed after ``fit``. 1
+        because sampling brought no steady gain
+        (``benchmarks/results/decisions.md#adaptivets-posterior-mean``).
     initial_temperature : "ts" or None, default="ts"
         ``"ts"``: start ``T(x)`` at the temperature of
         :class:`TemperatureScaling` fitted on the training part, and keep
         that single temperature when no epoch beats it on the validation
         part (see the departures above). ``None``: the random start of the
-        published recipe, and no fallback.
+        published recipe, and no fallback. ``"ts"`` because the random start
+        lost to a single temperature on small calibration sets
+        (``benchmarks/results/decisions.md#adaptivets-initial-temperature``).
     confidence_inputs : bool, default=False
         Feed the temperature head the top log-probability, top-2 margin and
         entropy of ``z / T_0`` beside the class log-likelihoods (see the
-        departures above). ``False`` is the published head.
+        departures above). ``False``, the published head, since the gain
+        depends on the data
+        (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
     n_members : int, default=1
         Networks to train, each with its own seed (the first with
         ``random_state``'s) and so its own initialisation, validation split
         and shuffling; ``T(x)`` is the geometric mean of their temperatures
-        (see the departures above). Fitting takes ``n_members`` times as long.
+        (see the departures above). Fitting takes ``n_members`` times as long;
+        1 is the published model, and ``confidence_inputs=True, n_members=5``
+        the steadier recipe
+        (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
     loss : "elbo" or callable, default="elbo"
         The training loss. ``"elbo"`` is the published one above. A callable
         ``loss(logits, y, sample_weight, variational) -> scalar tensor``
@@ -480,7 +490,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     backbone : model, BackboneAdapter or str, default=None
         Calibrate this frozen classifier; ``X`` then holds its raw inputs.
     batch_size : int, default=128
-        Mini-batch size of training, and of the backbone's forward passes.
+        Mini-batch size of training, and of the backbone's forward passes;
+        128, as published.
     device : str or torch.device, default="auto"
         Where the network (and the backbone) runs: CUDA when available.
     mixed_precision : bool, default=False
