@@ -15,7 +15,11 @@ designed for binary problems. Two classes here adapt them to the
   one-vs-rest log-odds ``s_k = log p_k - log(1 - p_k)`` of the uncalibrated
   probabilities ``p = softmax(z)`` (for two classes one map, on ``s_1 = z_1 -
   z_0``, and ``p_0 = 1 - p_1``), then divides each row by its sum (a row
-  whose maps all give 0 becomes uniform).
+  whose maps all give 0 becomes uniform). A map whose calibration targets
+  are all 0 (a class without calibration samples) or all 1 is fitted on
+  Laplace's rule of succession instead, ``1 / (n + 2)`` or ``(n + 1) / (n +
+  2)`` for ``n`` (weighted) samples, with a warning: a probability of exactly
+  0 would give every test sample of that class an infinite log-loss.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "OneVsRestCalibrator",
     "fit_logistic_maps",
     "one_vs_rest_log_odds",
+    "succession_targets",
 ]
 
 _TINY = np.finfo(np.float64).tiny
@@ -85,6 +90,40 @@ def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
         log_complement = np.log(complement)
     log_odds = shifted - log_complement
     return np.clip(log_odds, -np.log(1 / _TINY), np.log(1 / _TINY))
+
+
+def succession_targets(targets: np.ndarray, sample_weight: np.ndarray | None) -> tuple:
+    """``(targets, constant)``: 0/1 targets whose constant columns follow Laplace's rule.
+
+    A column whose (positive-weight) targets are all 0 becomes ``1 / (n + 2)``,
+    one whose targets are all 1 becomes ``(n + 1) / (n + 2)``, ``n`` the sum
+    of the weights (the number of samples when unweighted), the posterior
+    mean of a uniform prior after ``n`` equal outcomes; the others are kept.
+    ``constant`` lists the replaced columns. Platt's smoothed targets give
+    the same values for such a column.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> targets, constant = succession_targets(np.array([[0.0, 1.0], [0.0, 0.0]]), None)
+    >>> targets[:, 0], constant
+    (array([0.25, 0.25]), [0])
+    """
+    weights = np.ones(targets.shape[0]) if sample_weight is None else sample_weight
+    kept = targets[weights > 0]
+    constant = [
+        column
+        for column in range(targets.shape[1])
+        if kept[:, column].min() == kept[:, column].max()
+    ]
+    if not constant:
+        return targets, constant
+    n = float(weights.sum())
+    targets = np.array(targets, dtype=np.float64)
+    for column in constant:
+        positive = kept[0, column] > 0.5
+        targets[:, column] = (n + 1.0) / (n + 2.0) if positive else 1.0 / (n + 2.0)
+    return targets, constant
 
 
 class ClassicCalibrator(BaseCalibrator):
@@ -154,6 +193,18 @@ class OneVsRestCalibrator(ClassicCalibrator):
         targets = np.eye(n_classes)[y_index]
         if n_classes == 2:
             targets = targets[:, 1:]
+        targets, constant = succession_targets(targets, sample_weight)
+        if constant:
+            weights = np.ones(len(y_index)) if sample_weight is None else sample_weight
+            counts = np.bincount(y_index, weights=weights, minlength=n_classes)
+            warnings.warn(
+                f"{type(self).__name__}: no calibration sample of class(es) "
+                f"{self.classes_[counts == 0].tolist()}: their one-vs-rest maps give Laplace's "
+                "rule of succession, 1/(n + 2) for n calibration samples, instead of a "
+                "probability 0 that no test sample of theirs could survive",
+                UserWarning,
+                stacklevel=4,
+            )
         self._fit_maps(scores, targets, sample_weight)
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from scipy.optimize import minimize
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV, ParameterGrid
+from sklearn.model_selection import GridSearchCV, ParameterGrid, StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
@@ -393,6 +393,22 @@ class MatrixScaling(_LogitScaling):
         return penalty, logit_gradient.T @ logits + 2.0 * off_weight * off_diagonal
 
 
+class _PenaltyFolds(StratifiedKFold):
+    """The folds of a penalty search: scikit-learn's, with a message that says what is missing."""
+
+    def split(self, X, y, groups=None):
+        counts = np.unique(np.asarray(y), return_counts=True)[1]
+        if counts.max() < self.n_splits:
+            raise ValueError(
+                f"choosing the regularisation by {self.n_splits}-fold cross-validated NLL "
+                f"needs at least {self.n_splits} samples of some class, got {len(y)} "
+                f"sample(s) whose largest class has {counts.max()}: pass more data, or give "
+                "the penalties (reg_bias, reg_off_diagonal; --reg-bias, --reg-off-diagonal "
+                "in the command)"
+            )
+        return super().split(X, y, groups)
+
+
 def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=False):
     """Vector or matrix scaling with its regularisation chosen by cross-validated NLL.
 
@@ -455,4 +471,7 @@ def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=
     if quick:
         candidates = ParameterGrid(grid)
         return clone(estimator).set_params(**candidates[len(candidates) // 2])
+    if isinstance(cv, numbers.Integral):
+        # GridSearchCV's own folds for an integer (unshuffled stratified k-fold), checked first.
+        cv = _PenaltyFolds(cv)
     return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=cv)

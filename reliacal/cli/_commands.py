@@ -13,24 +13,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from reliacal._version import __version__
+from reliacal.calibrators import calibration_methods, describe_methods
 
 __all__ = ["main"]
 
 _FORMATS = ("table", "csv", "json")
 _STRATEGIES = ("uniform", "quantile")
-# --method name -> the calibrator fitted as it is (vector and matrix are built apart: their
-# penalties come from --reg-* or a search). AdaptiveTS is seeded: the command is repeatable.
-_FIXED_METHODS = {
-    "temperature": ("TemperatureScaling", {}),
-    "platt": ("PlattScaling", {}),
-    "isotonic": ("IsotonicCalibration", {}),
-    "beta": ("BetaCalibration", {}),
-    "histogram": ("HistogramBinning", {}),
-    "ets": ("EnsembleTemperatureScaling", {}),
-    "adaptive": ("AdaptiveTS", {"random_state": 0}),
-    "auto": ("AutoCalibrator", {}),
-}
-_METHODS = ("temperature", "vector", "matrix", *(m for m in _FIXED_METHODS if m != "temperature"))
+# --method: the command's methods of the table (reliacal.calibrators.calibration_methods).
+# Reading the table imports no calibrator.
+_METHODS = tuple(name for name, method in calibration_methods().items() if method.command)
 # ODIR divides the off-diagonal penalty by K (K - 1): the demo's 0.1..10 (K = 10) is far
 # too weak for 100 classes, where 3-fold CV on CIFAR-100 picks about 100.
 _MATRIX_PENALTIES = (0.1, 1.0, 10.0, 100.0, 1000.0)
@@ -128,12 +119,9 @@ def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
         "--method",
         choices=_METHODS,
         default="temperature",
-        help="temperature scaling (default), vector scaling, matrix scaling (on "
-        "log-probabilities: Dirichlet calibration), platt (PlattScaling), isotonic "
-        "(IsotonicCalibration), beta (BetaCalibration), histogram (HistogramBinning), ets "
-        "(EnsembleTemperatureScaling), adaptive (AdaptiveTS, seed 0), or auto "
-        "(AutoCalibrator: the best of several by 5-fold cross-validated NLL, the "
-        "uncalibrated model unless one beats it)",
+        help=f"the calibrator (default: temperature): {describe_methods(_METHODS)}; vector "
+        "and matrix choose their regularisation by cross-validated NLL unless --reg-bias or "
+        "--reg-off-diagonal is given",
     )
     parser.add_argument(
         "--reg-off-diagonal",
@@ -433,17 +421,16 @@ def _shared_classes(calibration, evaluation, n_classes: int):
 
 def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_logits: bool) -> Any:
     """The calibrator of ``--method``; a cross-validated search when no --reg-* is given."""
-    from reliacal import calibrators
-    from reliacal.calibrators import MatrixScaling, VectorScaling
+    from reliacal.calibrators import MatrixScaling, VectorScaling, make_calibrator
     from reliacal.calibrators.scaling import check_matrix_size, tuned_scaling
 
     shared = {"input": "logits" if use_logits else "probs", "classes": classes}
     off_diagonal, bias = arguments.reg_off_diagonal, arguments.reg_bias
-    if arguments.method in _FIXED_METHODS:
+    if not calibration_methods()[arguments.method].tuned:
         if off_diagonal is not None or bias is not None:
             raise UserError("--reg-off-diagonal and --reg-bias apply to vector and matrix only")
-        name, parameters = _FIXED_METHODS[arguments.method]
-        return getattr(calibrators, name)(**parameters, **shared)
+        # AdaptiveTS is seeded by the table (seed 0): the command is repeatable.
+        return make_calibrator(arguments.method, **shared)
     if arguments.method == "vector":
         if off_diagonal is not None:
             raise UserError("--reg-off-diagonal applies to matrix only")
