@@ -16,6 +16,7 @@ _PUBLIC = {
     "AdaptiveTS": "adaptive",
     "AdaptiveTSMember": "adaptive",
     "AutoCalibrator": "auto",
+    "BackboneSaveMixin": "_backbone_saving",
     "BaseCalibrator": "_base",
     "BetaCalibration": "beta",
     "ClassLabelMixin": "_base",
