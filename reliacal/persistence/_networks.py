@@ -5,9 +5,9 @@ The codec asks the estimator that holds a network for its configuration
 configuration (``_rebuild_network``) when loading; the saved state dict is
 then loaded into it strictly. A state dict that does not fit the rebuilt
 network (another architecture, another number of classes) is a clear
-``ValueError``. The network is first built on torch's ``meta`` device
-(shapes without memory), so that a configuration that does not match the
-saved weights is refused before it allocates anything.
+``ValueError``. A network whose configuration carries sizes is first built
+on torch's ``meta`` device (shapes without memory), so that sizes that do
+not match the saved weights are refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -57,13 +57,21 @@ def decode_network(decoder: Any, data: dict, owner: Any) -> Any:
 
 
 def _probe(owner: Any, config: dict) -> Any:
-    """The network built on the meta device, or None when it cannot be built there."""
+    """The network built on the meta device, or None when it cannot be built there.
+
+    An empty configuration takes every size from the owner's parameters and the
+    objects given to load, none from the file: it is built once, for real.
+    """
     import torch
 
+    if not config:
+        return None
     try:
         with torch.device("meta"):
             return owner._rebuild_network(config)
-    except (RuntimeError, NotImplementedError):  # a builder that reads tensor values
+    except ValueError:  # the owner refuses the configuration itself
+        raise
+    except Exception:  # a builder that reads tensor values: checked after the real build
         return None
 
 

@@ -592,3 +592,20 @@ def test_the_module_level_save_takes_overwrite(tmp_path):
     with pytest.raises(ValueError, match="estimator"):
         CalibratedClassifier(torch.nn.Linear(2, 2), cv="prefit").save(tmp_path / "net")
     assert not os.path.exists(tmp_path / "net")
+
+
+def test_network_sizes_that_do_not_match_the_weights_are_refused_before_allocating(tmp_path):
+    from reliacal.calibrators import AdaptiveTS
+
+    logits, y = logits_and_labels()
+    model = AdaptiveTS(hidden_layer_sizes=(8,), temperature_hidden_sizes=(4,), max_epochs=1)
+    folder = saved(model.fit(logits, y), tmp_path / "adaptive")
+
+    def change(manifest):
+        member = manifest["estimator"]["state"]["members_"][0]["fields"]["network"]
+        # 4 TB of weights, were the network built for real before its weights are checked.
+        member["config"]["$dict"]["hidden_layer_sizes"] = [10**6, 10**6]
+
+    edit_manifest(folder, change)
+    with pytest.raises(ValueError, match="does not fit the one rebuilt"):
+        reliacal.load(folder)
