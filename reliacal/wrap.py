@@ -604,6 +604,24 @@ class CalibratedClassifier(
             total = proba if total is None else total + proba
         return total / len(self.calibrated_classifiers_)
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "calibrated_classifiers_"):
+            pairs = self.calibrated_classifiers_
+            if not (
+                isinstance(pairs, list)
+                and pairs
+                and all(
+                    isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "predict_proba")
+                    for pair in pairs
+                )
+            ):
+                from reliacal.persistence import loaded_state_error
+
+                raise loaded_state_error(
+                    self, "calibrated_classifiers_", pairs, "a list of (classifier, calibrator)"
+                )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         if self._torch_model() is not None:

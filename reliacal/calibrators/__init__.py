@@ -33,6 +33,7 @@ from reliacal.calibrators._methods import (
 _PUBLIC = {
     **{method.calibrator: method.module for method in calibration_methods().values()},
     "AdaptiveTSMember": "adaptive",
+    "BackboneSaveMixin": "_backbone_saving",
     "BaseCalibrator": "_base",
     "ClassLabelMixin": "_base",
     "ConvergenceWarning": "_base",

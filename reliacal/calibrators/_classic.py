@@ -161,10 +161,9 @@ class ClassicCalibrator(BaseCalibrator):
         features, logits, _ = self._transform_inputs(X)
         return np.asarray(self._calibrated_proba(features, logits), dtype=np.float64)
 
-    def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
-        # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
-        # (relative error ~6e-8) would move a score between close isotonic knots.
-        return super()._probabilities_to_logits(np.asarray(probabilities, dtype=np.float64))
+    # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
+    # (relative error ~6e-8) would move a score between close isotonic knots.
+    _float64_probability_logs = True
 
 
 class OneVsRestCalibrator(ClassicCalibrator):
@@ -206,6 +205,39 @@ class OneVsRestCalibrator(ClassicCalibrator):
                 stacklevel=4,
             )
         self._fit_maps(scores, targets, sample_weight)
+
+    def _n_maps(self) -> int:
+        """Maps fitted: one per class, or one for a binary problem."""
+        return 1 if len(self.classes_) == 2 else len(self.classes_)
+
+    def _check_loaded_lookups(self, points: str, values: str, n_values) -> None:
+        """Check the lookup tables read from a file: one sorted, finite table per map.
+
+        ``points`` names the list of sorted 1-D arrays (knots or edges),
+        ``values`` the list of their values in ``[0, 1]``, of
+        ``n_values(len(points[m]))`` entries each.
+        """
+        from reliacal.persistence import check_loaded_array, loaded_state_error
+
+        n_maps = self._n_maps()
+        for name in (points, values):
+            tables = getattr(self, name, None)
+            if not isinstance(tables, list) or len(tables) != n_maps:
+                raise loaded_state_error(self, name, tables, f"a list of {n_maps} arrays")
+        for m, (table, table_values) in enumerate(
+            zip(getattr(self, points), getattr(self, values))
+        ):
+            table = check_loaded_array(
+                self, f"{points}[{m}]", (None,), value=table, increasing=True
+            )
+            check_loaded_array(
+                self,
+                f"{values}[{m}]",
+                (n_values(len(table)),),
+                value=table_values,
+                minimum=0.0,
+                maximum=1.0,
+            )
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:
         mapped = np.clip(self._apply_maps(self._mapped_scores(logits)), 0.0, 1.0)

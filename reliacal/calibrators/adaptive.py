@@ -27,6 +27,7 @@ from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators.temperature import TemperatureScaling
+from reliacal.persistence import loadable
 from reliacal.training import (
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
@@ -123,6 +124,45 @@ class _AdaptiveTemperatureNetwork(nn.Module):
             (n_head_inputs, *tuple(temperature_hidden_sizes), 1), final_activation=False
         )
 
+    def config(self) -> dict:
+        """The sizes that rebuild this network (:meth:`from_config`); the weights are apart."""
+        return {
+            "n_features": int(self.encoder[0].in_features),
+            "n_classes": int(self.prior_mean.shape[0]),
+            "latent_dim": int(self.prior_mean.shape[1]),
+            "hidden_layer_sizes": _linear_widths(self.encoder),
+            "temperature_hidden_sizes": _linear_widths(self.temperature_head)[:-1],
+            "confidence_inputs": bool(self.confidence_inputs),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> _AdaptiveTemperatureNetwork:
+        """A new network of the sizes that :meth:`config` gave (randomly initialised)."""
+        sizes = ("n_features", "n_classes", "latent_dim")
+        widths = ("hidden_layer_sizes", "temperature_hidden_sizes")
+        valid = (
+            isinstance(config, dict)
+            and set(config) == {*sizes, *widths, "confidence_inputs"}
+            and all(type(config[key]) is int and config[key] > 0 for key in sizes)
+            and all(
+                isinstance(config[key], list)
+                and all(type(width) is int and width > 0 for width in config[key])
+                for key in widths
+            )
+            and config["hidden_layer_sizes"]
+            and type(config["confidence_inputs"]) is bool
+        )
+        if not valid:
+            raise ValueError(f"the saved AdaptiveTS network has a malformed configuration {config}")
+        return cls(
+            config["n_features"],
+            config["n_classes"],
+            latent_dim=config["latent_dim"],
+            hidden_layer_sizes=tuple(config["hidden_layer_sizes"]),
+            temperature_hidden_sizes=tuple(config["temperature_hidden_sizes"]),
+            confidence_inputs=config["confidence_inputs"],
+        )
+
     @torch.no_grad()
     def start_at(self, temperature: float) -> None:
         """Make ``T(u)`` the constant ``temperature``: zero last weights, softplus^-1 bias.
@@ -210,6 +250,41 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         return probabilities / n_draws, temperatures / n_draws
 
 
+def _linear_widths(sequence: nn.Sequential) -> list[int]:
+    return [layer.out_features for layer in sequence if isinstance(layer, nn.Linear)]
+
+
+class _AdaptiveTemperatureMap(nn.Module):
+    """AdaptiveTS with ``n_draws=1`` for export: ``softmax(z / T(x))``, ``T`` the members' geometric mean.
+
+    The input is float64 ``(n, D + K)``: ``D`` feature columns (none without
+    ``n_logits``, when the features are the logits) then the logits.
+    Features are standardised in float64 and read by the float32 networks;
+    the temperature divides the float64 logits, as in
+    ``AdaptiveTS.predict_proba``. ``torch.jit.trace`` takes it (the network
+    has optional buffers, which ``torch.jit.script`` refuses).
+    """
+
+    def __init__(self, networks, feature_mean, feature_scale, *, n_features: int):
+        super().__init__()
+        self.networks = nn.ModuleList(networks)
+        self.register_buffer("feature_mean", torch.as_tensor(feature_mean, dtype=torch.float64))
+        self.register_buffer("feature_scale", torch.as_tensor(feature_scale, dtype=torch.float64))
+        self.n_features = int(n_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = x[:, self.n_features :]
+        features = x[:, : self.n_features] if self.n_features else logits
+        standardised = ((features - self.feature_mean) / self.feature_scale).to(torch.float32)
+        temperature = _geometric_mean(
+            [
+                network.temperature_of(network.posterior(standardised)[0], logits).double()
+                for network in self.networks
+            ]
+        )
+        return torch.softmax(logits / temperature[:, None], dim=1)
+
+
 def _gaussian_kl(
     mean_q: torch.Tensor, scale_q: torch.Tensor, mean_p: torch.Tensor, scale_p: torch.Tensor
 ) -> torch.Tensor:
@@ -249,6 +324,7 @@ def _output_logits(outputs: _AdaptiveOutput) -> torch.Tensor:
     return outputs.logits
 
 
+@loadable
 class AdaptiveTSMember(NamedTuple):
     """One trained network of :class:`AdaptiveTS` and the record of its training."""
 
@@ -759,6 +835,66 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         calibrated, _ = self._predict_batches(features, logits)
         return calibrated
+
+    # ------------------------------------------------------ export and saving
+    def _torch_map(self) -> _AdaptiveTemperatureMap:
+        if self.n_draws != 1:
+            raise ValueError(
+                f"AdaptiveTS(n_draws={self.n_draws}) averages random draws of the latent "
+                "code at predict time, which a deterministic exported graph cannot reproduce; "
+                "set n_draws=1 (the posterior mean) before to_torch()"
+            )
+        if self.backbone is not None:
+            raise ValueError(
+                "AdaptiveTS fitted with a backbone reads the backbone's pooled features, which "
+                "to_torch() cannot reach; fit it on the features and logits (n_logits=K) instead"
+            )
+        networks = [copy.deepcopy(member.network).cpu().eval() for member in self.members_]
+        n_features = 0 if self.n_logits is None else self.feature_mean_.shape[0]
+        return _AdaptiveTemperatureMap(
+            networks, self.feature_mean_, self.feature_scale_, n_features=n_features
+        )
+
+    def _network_config(self, network) -> dict:
+        if not isinstance(network, _AdaptiveTemperatureNetwork):
+            return super()._network_config(network)
+        return network.config()
+
+    def _rebuild_network(self, config: dict) -> _AdaptiveTemperatureNetwork:
+        return _AdaptiveTemperatureNetwork.from_config(config)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if not hasattr(self, "classes_"):
+            return
+        from reliacal.persistence import (
+            check_loaded_array,
+            check_loaded_number,
+            loaded_state_error,
+        )
+
+        mean = check_loaded_array(self, "feature_mean_", (None,))
+        check_loaded_array(self, "feature_scale_", mean.shape, positive=True)
+        check_loaded_number(self, "sampling_seed_", minimum=0, integer=True)
+        members = getattr(self, "members_", None)
+        if not isinstance(members, list) or not members:
+            raise loaded_state_error(self, "members_", members, "a list of trained members")
+        sizes = {"n_features": mean.shape[0], "n_classes": len(self.classes_)}
+        for index, member in enumerate(members):
+            network = getattr(member, "network", None)
+            if not (
+                isinstance(member, AdaptiveTSMember)
+                and isinstance(network, _AdaptiveTemperatureNetwork)
+                and all(network.config()[key] == size for key, size in sizes.items())
+                and all(bool(torch.isfinite(p).all()) for p in network.state_dict().values())
+            ):
+                raise loaded_state_error(
+                    self,
+                    f"members_[{index}]",
+                    member,
+                    f"a member whose finite network reads {sizes['n_features']} features and "
+                    f"{sizes['n_classes']} classes",
+                )
 
     # --------------------------------------------------------------- public
     def temperature(self, X) -> np.ndarray:

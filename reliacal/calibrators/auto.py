@@ -34,6 +34,11 @@ class _Identity(BaseCalibrator):
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         return logits
 
+    def _torch_map(self):
+        from reliacal.export import IdentityMap
+
+        return IdentityMap()
+
 
 def _default_candidates(n_samples: int, n_classes: int, random_state) -> dict:
     """The table's candidates that apply to ``n_samples`` rows of ``n_classes`` classes."""
@@ -400,6 +405,33 @@ class AutoCalibrator(BaseCalibrator):
                 "the logits, so the choice may not learn to predict the single class seen in fit"
             ),
         }
+
+    def _torch_map(self):
+        torch_map = getattr(self.best_estimator_, "_torch_map", None)
+        if torch_map is None:
+            raise ValueError(
+                f"AutoCalibrator chose {self.best_name_!r}, a "
+                f"{type(self.best_estimator_).__name__}, which has no torch module"
+            )
+        return torch_map()
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import loaded_state_error
+
+            best = getattr(self, "best_estimator_", None)
+            if not hasattr(best, "predict_proba"):
+                raise loaded_state_error(self, "best_estimator_", best, "a fitted estimator")
+            if not isinstance(getattr(self, "best_name_", None), str):
+                raise loaded_state_error(
+                    self, "best_name_", getattr(self, "best_name_", None), "a candidate's name"
+                )
+            inner = getattr(best, "classes_", None)
+            if inner is not None and len(inner) != len(self.classes_):
+                raise loaded_state_error(
+                    self, "best_estimator_", best, f"an estimator of {len(self.classes_)} classes"
+                )
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         if isinstance(self.best_estimator_, BaseCalibrator):

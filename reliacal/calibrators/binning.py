@@ -195,3 +195,18 @@ class HistogramBinning(OneVsRestCalibrator):
 
     def _binning(self):
         return self.edges_[0], self.values_[0]
+
+    def _n_maps(self) -> int:
+        return 1 if self.mode == "top-label" else super()._n_maps()
+
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap, TopLabelBinningMap
+
+        if self.mode == "top-label":
+            return TopLabelBinningMap(*self._binning())
+        return OneVsRestMap.binning(len(self.classes_), self.edges_, self.values_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_lookups("edges_", "values_", lambda n_edges: n_edges + 1)

@@ -158,6 +158,20 @@ class _LogitScaling(BaseCalibrator):
     def _calibrated_logits(self, features, logits):
         return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
 
+    def _torch_map(self):
+        from reliacal.export import LinearLogitMap
+
+        return LinearLogitMap(self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            n_classes = len(self.classes_)
+            check_loaded_array(self, "coef_", self._coef_shape(n_classes))
+            check_loaded_array(self, "intercept_", (n_classes,))
+
 
 #: The docs of what every _LogitScaling subclass shares: the L-BFGS settings and results.
 _LBFGS_DOCS = {

@@ -303,6 +303,17 @@ mixed_precision, checkpoint_dir, device, verbose
                 initial_scale=self.initial_scale,
             )
 
+    def _network_config(self, network: Any) -> dict:
+        if not isinstance(network, CalAttnNetwork):
+            return super()._network_config(network)
+        return {}  # everything else comes from the parameters and the given backbone
+
+    def _rebuild_network(self, config: dict) -> CalAttnNetwork:
+        if config:
+            raise ValueError(f"the saved CalAttn network has an unknown configuration {config}")
+        # The estimator's own builder, around (a copy of) the backbone given to load.
+        return self._build_network(0)
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> CalAttnFinetuner:
         """Fine-tune the backbone and the scale head on ``(X, y)``.

@@ -370,6 +370,29 @@ class DiffusionReconfigurer(FinetuneEstimator):
             return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
         return super()._predict_proba_with_labels(X, y)
 
+    # Saving ----------------------------------------------------------------------------------
+
+    def _network_config(self, network: Any) -> dict:
+        if not isinstance(network, DirectorStudent):
+            return super()._network_config(network)
+        # The transition network's depth and the anchor are the estimator's own parameters.
+        return {"n_reconfigured": int(network.n_reconfigured)}
+
+    def _rebuild_network(self, config: dict) -> DirectorStudent:
+        k = config.get("n_reconfigured") if set(config) == {"n_reconfigured"} else None
+        if type(k) is not int or k < 1:
+            raise ValueError(f"the saved DIRECTOR student has a malformed configuration {config}")
+        # A student around a frozen copy of the backbone given to load.
+        teacher = copy.deepcopy(as_backbone(self.backbone)).cpu().eval()
+        teacher.requires_grad_(False)
+        return build_student(
+            teacher,
+            n_reconfigured=k,
+            depth=int(self.depth),
+            noise_init=self.noise_init,
+            anchored=self.anchor == "teacher",
+        )
+
     # Fitting ---------------------------------------------------------------------------------
 
     @_fit_context(prefer_skip_nested_validation=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import zipfile
 
@@ -107,13 +108,17 @@ def test_calibrated_classifier_of_reliacal_estimators(load_record, tmp_path, no_
 def test_foreign_estimators_and_callables_are_refused(tmp_path):
     from sklearn.linear_model import LogisticRegression
 
-    X = np.random.default_rng(0).normal(size=(60, 2))
-    y = (X[:, 0] > 0).astype(int)
-    model = CalibratedClassifier(LogisticRegression(), cv=2).fit(X, y)
-    with pytest.raises(ValueError, match="LogisticRegression, which reliacal cannot save"):
-        model.save(tmp_path / "cc")
+    # A scikit-learn classifier alone is joblib's to save (inside CalibratedClassifier it is
+    # pickled, and loads only when trusted: tests/persistence/test_hostile_files.py).
+    with pytest.raises(ValueError, match="not a LogisticRegression.*joblib.dump"):
+        save(LogisticRegression(), tmp_path / "lr")
     with pytest.raises(ValueError, match="random_state"):
         AutoCalibrator(random_state=np.random.RandomState(0)).save(tmp_path / "auto")
+    model = TemperatureScaling()
+    model.callback_ = print
+    with pytest.raises(ValueError, match="callback_ is a builtin_function_or_method"):
+        model.save(tmp_path / "ts")
+    assert list(tmp_path.iterdir()) == []
 
 
 def fitted_temperature(tmp_path):
@@ -147,7 +152,14 @@ def test_a_manifest_naming_foreign_code_is_refused(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["estimator"]["$estimator"] = "os.system"
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="'os.system', which is not reliacal's"):
+    with pytest.raises(ValueError, match="manifest.json was modified after saving"):
+        reliacal.load(path)
+    # Also when the edit recomputes the manifest's checksum, as the format documents it.
+    body = {key: value for key, value in manifest.items() if key != "sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    manifest["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="'os.system', which is not a class reliacal saves"):
         reliacal.load(path)
 
 
