@@ -18,7 +18,10 @@ tag can never be confused with data:
   ``load`` supplies (the owner's ``_loaded_reference`` restores it);
 - ``{"$joblib": key, "class": ...}``: a scikit-learn estimator pickled with
   joblib (its bytes are an array), read only when ``load(...,
-  trusted=True)``.
+  trusted=True)``;
+- ``{"$frozen": estimator}``: scikit-learn's ``FrozenEstimator`` around a
+  reliacal estimator (its way to say "prefit"), rebuilt around the decoded
+  estimator; a frozen scikit-learn estimator is pickled as above.
 
 The codec knows no estimator: each describes itself through the hooks of
 :class:`reliacal.persistence.SaveMixin`.
@@ -114,6 +117,17 @@ class Given:
         return value
 
 
+def _is_frozen(estimator: Any) -> bool:
+    """Whether ``estimator`` is scikit-learn's ``FrozenEstimator`` itself (not a subclass)."""
+    cls = type(estimator)
+    return cls.__module__.startswith("sklearn.frozen") and cls.__qualname__ == "FrozenEstimator"
+
+
+def _is_frozen_reliacal(frozen: Any) -> bool:
+    inner = type(frozen.estimator)
+    return loadable_class(class_path(inner), estimator=True) is inner
+
+
 class Encoder:
     """Turns values into JSON, collecting arrays into ``arrays``."""
 
@@ -130,6 +144,10 @@ class Encoder:
 
     def estimator(self, estimator: Any, where: str) -> dict:
         cls = type(estimator)
+        if _is_frozen(estimator) and _is_frozen_reliacal(estimator):
+            # scikit-learn's way to say "prefit": a wrapper without state of its own, so a
+            # frozen reliacal estimator is stored as data like the estimator itself.
+            return {"$frozen": self.estimator(estimator.estimator, f"{where}.estimator")}
         if loadable_class(class_path(cls), estimator=True) is not cls:
             return self._pickled_estimator(estimator, where)
         params = estimator.get_params(deep=False)
@@ -446,6 +464,12 @@ class Decoder:
     def _tensor(self, data: dict, owner: Any) -> Any:
         return self.tensor(data)
 
+    def _frozen(self, data: dict, owner: Any) -> Any:
+        from sklearn.frozen import FrozenEstimator
+
+        _expect(data, {"$frozen"}, "frozen estimator")
+        return FrozenEstimator(self.estimator(data["$frozen"]))
+
     def _network(self, data: dict, owner: Any) -> Any:
         _expect(data, {"$network", "config", "state"}, "network")
         if owner is None:
@@ -484,5 +508,6 @@ _TAGS = {
     "$tensor": Decoder._tensor,
     "$network": Decoder._network,
     "$joblib": Decoder._joblib,
+    "$frozen": Decoder._frozen,
     "$reference": Decoder._reference,
 }

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.frozen import FrozenEstimator
 
 import reliacal
 from reliacal import CalibratedClassifier
@@ -531,7 +532,7 @@ def sklearn_data():
     return X, y
 
 
-@pytest.mark.parametrize("cv", [3, "prefit"])
+@pytest.mark.parametrize("cv", [3, "frozen"])
 def test_a_scikit_learn_classifier_saves_and_loads_only_when_trusted(tmp_path, cv):
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
@@ -543,14 +544,17 @@ def test_a_scikit_learn_classifier_saves_and_loads_only_when_trusted(tmp_path, c
         make_pipeline(StandardScaler(), LogisticRegression()),
         RandomForestClassifier(n_estimators=10, random_state=0),
     ):
-        if cv == "prefit":
-            inner = inner.fit(X[:300], y[:300])
-        model = CalibratedClassifier(inner, method="isotonic", cv=cv).fit(X[300:], y[300:])
-        folder = tmp_path / f"{type(inner).__name__}-{cv}"
+        named = type(inner).__name__
+        if cv == "frozen":
+            inner = FrozenEstimator(inner.fit(X[:300], y[:300]))
+        model = CalibratedClassifier(inner, method="isotonic", cv=None if cv == "frozen" else cv)
+        model.fit(X[300:], y[300:])
+        folder = tmp_path / f"{named}-{cv}"
         model.save(folder)
         with pytest.raises(ValueError, match="trusted=True") as error:
             reliacal.load(folder)
-        assert type(inner).__name__ in str(error.value)
+        # The pickled class is named: the classifier, or the FrozenEstimator around it.
+        assert (named if cv == 3 else "FrozenEstimator") in str(error.value)
         loaded = reliacal.load(folder, trusted=True)
         np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
         assert type(loaded.calibrated_classifiers_[0][1]) is type(
@@ -574,7 +578,9 @@ def test_trusted_does_not_lift_the_other_checks(tmp_path):
 def test_a_reliacal_only_model_needs_no_trust(tmp_path, no_pickle):
     logits, y = logits_and_labels()
     inner = TemperatureScaling().fit(logits[:100], y[:100])
-    model = CalibratedClassifier(inner, method="isotonic", cv="prefit").fit(logits[100:], y[100:])
+    model = CalibratedClassifier(FrozenEstimator(inner), method="isotonic").fit(
+        logits[100:], y[100:]
+    )
     folder = saved(model, tmp_path / "cc")
     np.testing.assert_array_equal(
         reliacal.load(folder).predict_proba(logits), model.predict_proba(logits)

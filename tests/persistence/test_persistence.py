@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.frozen import FrozenEstimator
 from timm.models.vision_transformer import VisionTransformer
 
 import reliacal
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import AdaptiveTS, AutoCalibrator, MatrixScaling, TemperatureScaling
+from reliacal.datasets import make_logits
 from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 from reliacal.persistence import FORMAT_VERSION, save
 
@@ -98,7 +100,7 @@ def test_unfitted_estimator_round_trips_its_parameters(tmp_path):
 def test_calibrated_classifier_of_reliacal_estimators(load_record, tmp_path, no_pickle):
     probs, labels = load_record("lenet-5-cifar-10")
     inner = TemperatureScaling(input="probs").fit(probs[:2000], labels[:2000])
-    model = CalibratedClassifier(inner, method="isotonic", cv="prefit").fit(
+    model = CalibratedClassifier(FrozenEstimator(inner), method="isotonic").fit(
         probs[2000:4000], labels[2000:4000]
     )
     model.save(tmp_path / "cc")
@@ -262,3 +264,18 @@ def test_saving_and_loading_a_numpy_calibrator_leaves_torch_unloaded(tmp_path, t
         """
     )
     assert loaded == []
+
+
+def test_a_frozen_reliacal_estimator_is_stored_as_data(tmp_path, no_pickle):
+    # FrozenEstimator is scikit-learn's way to say "prefit"; around a reliacal estimator it
+    # holds nothing that needs pickle.
+    logits, labels = make_logits(600, 3, random_state=0)
+    inner = TemperatureScaling().fit(logits[:200], labels[:200])
+    model = CalibratedClassifier(FrozenEstimator(inner), method="isotonic").fit(
+        logits[200:400], labels[200:400]
+    )
+    model.save(tmp_path / "frozen")
+    loaded = reliacal.load(tmp_path / "frozen")
+    assert type(loaded.estimator) is FrozenEstimator
+    assert loaded.estimator.estimator.temperature_ == inner.temperature_
+    np.testing.assert_array_equal(loaded.predict_proba(logits), model.predict_proba(logits))
