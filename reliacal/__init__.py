@@ -26,6 +26,8 @@ _PUBLIC = {
     "BetaCalibration": "reliacal.calibrators",
     "HistogramBinning": "reliacal.calibrators",
     "EnsembleTemperatureScaling": "reliacal.calibrators",
+    "StructuredMatrixScaling": "reliacal.calibrators",
+    "StructuredVectorScaling": "reliacal.calibrators",
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

@@ -25,6 +25,8 @@ _PUBLIC = {
     "IsotonicCalibration": "isotonic",
     "MatrixScaling": "scaling",
     "PlattScaling": "platt",
+    "StructuredMatrixScaling": "structured",
+    "StructuredVectorScaling": "structured",
     "TemperatureScaling": "temperature",
     "VectorScaling": "scaling",
     "tuned_scaling": "scaling",
