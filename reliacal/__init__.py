@@ -28,6 +28,7 @@ _PUBLIC = {
     "EnsembleTemperatureScaling": "reliacal.calibrators",
     "StructuredMatrixScaling": "reliacal.calibrators",
     "StructuredVectorScaling": "reliacal.calibrators",
+    "QuadraticScaling": "reliacal.calibrators",
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

@@ -25,6 +25,7 @@ _PUBLIC = {
     "IsotonicCalibration": "isotonic",
     "MatrixScaling": "scaling",
     "PlattScaling": "platt",
+    "QuadraticScaling": "quadratic",
     "StructuredMatrixScaling": "structured",
     "StructuredVectorScaling": "structured",
     "TemperatureScaling": "temperature",
