@@ -29,6 +29,7 @@ _PUBLIC = {
     "StructuredMatrixScaling": "reliacal.calibrators",
     "StructuredVectorScaling": "reliacal.calibrators",
     "QuadraticScaling": "reliacal.calibrators",
+    "VennAbersCalibration": "reliacal.calibrators",
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

@@ -30,6 +30,7 @@ _PUBLIC = {
     "StructuredVectorScaling": "structured",
     "TemperatureScaling": "temperature",
     "VectorScaling": "scaling",
+    "VennAbersCalibration": "venn_abers",
     "tuned_scaling": "scaling",
 }
 
