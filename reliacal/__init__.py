@@ -30,6 +30,7 @@ _PUBLIC = {
     "StructuredVectorScaling": "reliacal.calibrators",
     "QuadraticScaling": "reliacal.calibrators",
     "VennAbersCalibration": "reliacal.calibrators",
+    "CenteredIsotonicCalibration": "reliacal.calibrators",
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

@@ -18,6 +18,7 @@ _PUBLIC = {
     "AutoCalibrator": "auto",
     "BaseCalibrator": "_base",
     "BetaCalibration": "beta",
+    "CenteredIsotonicCalibration": "cir",
     "ClassLabelMixin": "_base",
     "ConvergenceWarning": "_base",
     "EnsembleTemperatureScaling": "ensemble",
