@@ -31,6 +31,7 @@ _PUBLIC = {
     "QuadraticScaling": "reliacal.calibrators",
     "VennAbersCalibration": "reliacal.calibrators",
     "CenteredIsotonicCalibration": "reliacal.calibrators",
+    "SplineCalibration": "reliacal.calibrators",
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

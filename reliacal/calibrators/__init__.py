@@ -27,6 +27,7 @@ _PUBLIC = {
     "MatrixScaling": "scaling",
     "PlattScaling": "platt",
     "QuadraticScaling": "quadratic",
+    "SplineCalibration": "spline",
     "StructuredMatrixScaling": "structured",
     "StructuredVectorScaling": "structured",
     "TemperatureScaling": "temperature",
