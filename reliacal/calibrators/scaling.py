@@ -71,7 +71,7 @@ def _nll_and_logit_gradient(calibrated, y_index, weights):
     true_logits = calibrated[rows, y_index] - row_max
     exponentials = np.subtract(calibrated, row_max[:, None], out=calibrated)
     np.exp(exponentials, out=exponentials)
-    row_sums = exponentials @ np.ones(calibrated.shape[1])
+    row_sums = exponentials @ np.ones(calibrated.shape[1], dtype=calibrated.dtype)
     nll = float(weights @ (np.log(row_sums) - true_logits))
     gradient = exponentials
     gradient *= (weights / row_sums)[:, None]
@@ -94,7 +94,8 @@ class _LogitScaling(BaseCalibrator):
 
     and may override ``_bias_weight(K)``, the factor of ``sum_j b_j^2`` (ODIR's
     ``reg_bias / K``), ``_parameter_scale`` (a diagonal preconditioner of the
-    solver) and ``_lbfgs_memory`` (L-BFGS's stored corrections).
+    solver), ``_lbfgs_memory`` (L-BFGS's stored corrections) and ``_rough_start``
+    (a cheaper first pass that gives the solver its starting point).
     """
 
     _parameter_constraints: dict = {
@@ -124,7 +125,8 @@ class _LogitScaling(BaseCalibrator):
         n_classes = logits.shape[1]
         coef = parameters[:-n_classes].reshape(self._coef_shape(n_classes))
         bias = parameters[-n_classes:]
-        calibrated = self._apply_coef(coef, logits) + bias
+        # In the logits' precision (float64 but for a float32 first pass, see _rough_start).
+        calibrated = self._apply_coef(coef, logits) + bias.astype(logits.dtype, copy=False)
         nll, gradient = _nll_and_logit_gradient(calibrated, y_index, weights)
         coef_penalty, grad_coef = self._coef_objective(coef, logits, gradient)
         bias_weight = self._bias_weight(n_classes)
@@ -143,6 +145,10 @@ class _LogitScaling(BaseCalibrator):
     def _lbfgs_memory(self, n_parameters: int) -> int:
         """L-BFGS's number of stored corrections (SciPy's ``maxcor``)."""
         return _MAXCOR
+
+    def _rough_start(self, objective, initial, args) -> np.ndarray:
+        """The solver's starting point (in its scaled variables): ``initial`` by default."""
+        return initial
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         logits = np.asarray(logits, dtype=np.float64)
@@ -165,6 +171,7 @@ class _LogitScaling(BaseCalibrator):
         # One BLAS thread unless each product is large (see _THREADED_PRODUCT).
         small = n_samples * initial.size < _THREADED_PRODUCT
         with single_threaded_blas() if small else contextlib.nullcontext():
+            initial = self._rough_start(objective, initial, (logits, y_index, weights))
             result = minimize(
                 objective,
                 initial,

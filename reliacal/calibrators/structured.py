@@ -24,6 +24,7 @@ import numbers
 import warnings
 
 import numpy as np
+from scipy.optimize import minimize
 from scipy.special import log_softmax, softmax
 from sklearn.utils._param_validation import Interval
 
@@ -34,6 +35,13 @@ from .scaling import _LBFGS_DOCS, _LogitScaling, check_matrix_size
 from .temperature import TemperatureScaling
 
 __all__ = ["StructuredMatrixScaling", "StructuredVectorScaling"]
+
+# Problems with at least this many multiply-adds per product (rows x parameters) get the
+# float32 first pass of _rough_start; smaller ones solve fast enough in float64 alone.
+_ROUGH_PASS_WORK = 10_000_000
+# The tolerance of that pass on the scaled gradient: float32 losses resolve about 1e-7,
+# so the pass stops well before its line searches fail.
+_ROUGH_TOL = 3e-4
 
 _STRUCTURED_DOCS = {
     **_LBFGS_DOCS,
@@ -58,6 +66,14 @@ sample_exponent : float, default=1.0
     ``tau``: each strength is divided by ``n^tau``, so that the penalty
     fades as the calibration set grows (``n`` is the sum of the sample
     weights, the number of rows without them).""",
+    "structured_lbfgs": """\
+max_iter : int, default=1000
+    Maximum L-BFGS iterations.
+tol : float, default=1e-5
+    L-BFGS tolerance on the largest component of the scaled gradient
+    (``gtol``; see the solver note above), the tolerance probmetrics'
+    solver uses: tighter changes the fitted probabilities by far less than
+    the sampling noise of any calibration set.""",
     "solver_note": """\
 L-BFGS works on the parameters divided by the inverse square root of the
 loss's Hessian diagonal at the identity map (Jacobi preconditioning, which
@@ -123,6 +139,30 @@ class _StructuredScaling(_LogitScaling):
         floor = np.finfo(np.float64).eps * max(float(diagonal.max()), np.finfo(np.float64).tiny)
         return 1.0 / np.sqrt(np.maximum(diagonal, floor))
 
+    def _rough_start(self, objective, initial, args) -> np.ndarray:
+        # Large problems first run L-BFGS on float32 copies of the logits (the two
+        # (n, K) x (K, K) products per step, which dominate, take half the time), to a
+        # loose tolerance; the float64 solve then finishes from there, so the optimum is
+        # the float64 one. On the 100-class CIFAR records this saves a quarter of the fit.
+        logits, y_index, weights = args
+        if logits.size * initial.size // logits.shape[1] < _ROUGH_PASS_WORK:
+            return initial
+        rough_args = (logits.astype(np.float32), y_index, weights.astype(np.float32))
+        with np.errstate(over="ignore"):
+            result = minimize(
+                objective,
+                initial,
+                args=rough_args,
+                jac=True,
+                method="L-BFGS-B",
+                options={
+                    "maxiter": self.max_iter,
+                    "gtol": max(self.tol, _ROUGH_TOL),
+                    "maxcor": self._lbfgs_memory(initial.size),
+                },
+            )
+        return result.x if np.all(np.isfinite(result.x)) else initial
+
     def _lbfgs_memory(self, n_parameters: int) -> int:
         # More stored corrections than SciPy's 10 roughly halve the iterations of the
         # ill-conditioned small problems; the memory (16 bytes per parameter and
@@ -187,7 +227,7 @@ class StructuredVectorScaling(_StructuredScaling):
     ----------
     {structured_parameters}
     {structured_exponents}
-    {lbfgs_parameters}
+    {structured_lbfgs}
     {base_parameters}
 
     Attributes
@@ -225,7 +265,7 @@ class StructuredVectorScaling(_StructuredScaling):
         class_exponent: float = 1.0,
         sample_exponent: float = 1.0,
         max_iter: int = 1000,
-        tol: float = 1e-6,
+        tol: float = 1e-5,
         **base_params,
     ):
         store_init_arguments(self, locals())
@@ -289,7 +329,7 @@ class StructuredMatrixScaling(_StructuredScaling):
         ``lambda_o``, the ridge strength on the off-diagonal entries of
         ``W``, scaled by ``(K (K - 1))^rho / n^tau``.
     {structured_exponents}
-    {lbfgs_parameters}
+    {structured_lbfgs}
     max_parameters : int, default=10_000_000
         Largest ``K^2 + K`` that ``fit`` accepts, as in :class:`MatrixScaling`
         (about 250 bytes per parameter during the fit).
@@ -337,7 +377,7 @@ class StructuredMatrixScaling(_StructuredScaling):
         class_exponent: float = 1.0,
         sample_exponent: float = 1.0,
         max_iter: int = 1000,
-        tol: float = 1e-6,
+        tol: float = 1e-5,
         max_parameters: int = 10_000_000,
         **base_params,
     ):
@@ -360,7 +400,8 @@ class StructuredMatrixScaling(_StructuredScaling):
         return np.eye(n_classes)
 
     def _apply_coef(self, coef, logits):
-        return logits @ coef.T
+        # In the logits' precision: float32 for the rough first pass.
+        return logits @ coef.T.astype(logits.dtype, copy=False)
 
     def _coef_curvature(self, curvature, logits):
         _, diagonal_weight, off_weight = (float(value) for value in self.penalty_weights_)
