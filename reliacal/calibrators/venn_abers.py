@@ -302,8 +302,11 @@ class VennAbersCalibration(OneVsRestCalibrator):
                 )
             splitter = StratifiedKFold(self.n_splits, shuffle=True, random_state=self.random_state)
             self._folds = [test for _, test in splitter.split(logits, y_index)]
-        super()._fit_core(features, logits, y_index, sample_weight)
-        del self._folds
+        try:
+            super()._fit_core(features, logits, y_index, sample_weight)
+        finally:
+            # The rows of each fold are fit-time data only, not a fitted attribute.
+            del self._folds
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:
         weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
