@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
 from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
+from ._base import BaseCalibrator, ConvergenceWarning
 from ._checks import warn_uninformative
 from ._classic import OneVsRestCalibrator, fit_logistic_maps
 from ._logistic import fit_logistic
 
 __all__ = ["QuadraticScaling"]
+
+# A map whose training log loss is below this predicts every calibration label: the
+# likelihood has no finite maximum, and Newton's method stops at float64's floor.
+_SEPARATED = 1e-6
 
 
 def _quadratic_features(scores: np.ndarray) -> np.ndarray:
@@ -109,6 +114,25 @@ class QuadraticScaling(OneVsRestCalibrator):
             "score and its square separate the classes (the slopes grow without bound)",
             max_iter=self.max_iter,
         )
+        self._warn_if_separated(scores, targets, sample_weight)
+
+    def _warn_if_separated(self, scores, targets, sample_weight) -> None:
+        """Warn when a map predicts its calibration labels perfectly: no finite optimum."""
+        weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
+        weights = weights / weights.sum()
+        eta = scores * self.coef_[:, 0] + scores**2 * self.coef_[:, 1] + self.intercept_
+        losses = weights @ (np.logaddexp(0.0, eta) - targets * eta)
+        separated = np.flatnonzero(losses < _SEPARATED)
+        if separated.size:
+            warnings.warn(
+                f"QuadraticScaling: the score and its square separate the calibration labels "
+                f"of map(s) {separated[:10].tolist()} (training log loss below {_SEPARATED:g}): "
+                "the maximum-likelihood map is infinitely steep and its probabilities are 0 "
+                "and 1; calibrate on more data, or use a parametric map with fewer "
+                "parameters (PlattScaling(target_smoothing=True))",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_[:, 0] + scores**2 * self.coef_[:, 1] + self.intercept_)

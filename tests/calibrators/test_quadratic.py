@@ -88,6 +88,11 @@ def test_separable_scores_warn_that_the_fit_did_not_converge():
     y = (np.abs(scores) > 1.5).astype(int)  # the square of the score separates the labels
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         QuadraticScaling(max_iter=20).fit(scores, y)
+    # Run to float64's floor, Newton "converges" on a zero loss: that is named too.
+    with pytest.warns(
+        ConvergenceWarning, match=r"separate the calibration labels of map\(s\) \[0\]"
+    ):
+        QuadraticScaling(max_iter=1000).fit(scores, y)
 
 
 def test_grid_search_over_max_iter_runs():
