@@ -229,7 +229,9 @@ class VennAbersCalibration(OneVsRestCalibrator):
     for 1-D input). For ``K > 2`` classes one predictor per class on its
     one-vs-rest log-odds ``s_k = log p_k - log(1 - p_k)``, ``p = softmax(z)``
     (ranks as ``p_k`` does), and the ``K`` merged probabilities divided by
-    their sum, as the ``venn-abers`` package's one-vs-all mode does.
+    their sum, as the ``venn-abers`` package's one-vs-all mode does. (Where
+    ``p_k`` rounds to 1 in float64 the log-odds still tell the rows apart;
+    the package, reading the probabilities, ties them.)
     Sample weights count as repetitions of the rows (the test pair weighs 1).
 
     Parameters
