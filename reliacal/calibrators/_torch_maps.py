@@ -142,10 +142,11 @@ class _Column(nn.Module):
 
 
 class InterpolationMaps(nn.Module):
-    """Per column, linear interpolation between knots (CIR)."""
+    """Per column, linear interpolation between knots (CIR), of the score or its sigmoid."""
 
-    def __init__(self, knots, values):
+    def __init__(self, knots, values, *, probability: bool = False):
         super().__init__()
+        self.probability = probability
         self.columns = nn.ModuleList(
             _Column(knots=k, values=v) for k, v in zip(knots, values, strict=True)
         )
@@ -153,6 +154,8 @@ class InterpolationMaps(nn.Module):
         self.constant = [len(k) == 1 for k in knots]
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.probability:
+            scores = torch.sigmoid(scores)
         mapped = []
         for index, column in enumerate(self.columns):
             score = scores[:, index].contiguous()

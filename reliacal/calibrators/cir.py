@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit
+from sklearn.utils._param_validation import StrOptions
 
 from .._init_arguments import store_init_arguments
 from ._base import BaseCalibrator
@@ -83,9 +85,12 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
     For two classes one map on ``s = z_1 - z_0`` (the 1-D score itself for
     1-D input); for ``K > 2`` one map per class on its one-vs-rest log-odds
     ``s_k = log p_k - log(1 - p_k)``, ``p = softmax(z)``, rows divided by
-    their sums. The maps read log-odds, as :class:`IsotonicCalibration`'s
-    do, so the mean scores and the interpolation are taken on that scale
-    (the ``cir_model`` package, given the same scores, agrees).
+    their sums. By default the maps read log-odds, as
+    :class:`IsotonicCalibration`'s do, so the mean scores and the
+    interpolation are taken on that scale (the ``cir_model`` package, given
+    the same scores, agrees); ``scale="probability"`` takes them on
+    ``sigmoid(s)``, the scale of probmetrics' CIR. The ranks, hence the
+    isotonic values at the knots, are the same on both.
 
     Parameters
     ----------
@@ -93,13 +98,19 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
         Also collapse the stretches at 0 and 1 to one knot; the default
         keeps them whole, since a probability of exactly 0 or 1 cannot be
         interpolated away from without leaving ``[0, 1]`` calibrated data.
+    scale : {"log-odds", "probability"}, default="log-odds"
+        Where the stretches' mean scores and the interpolation are taken:
+        on the log-odds ``s`` (the default: it spreads the confident scores
+        that probabilities crowd near 0 and 1), or on ``sigmoid(s)`` (better
+        for a classifier whose outputs are exact zeros and ones, whose
+        log-odds are only the clipping bound).
     {base_parameters}
 
     Attributes
     ----------
     knots_ : list of ndarray
         Per map (``m = 1`` for two classes, else ``K``), the scores of the
-        knots, increasing.
+        knots on ``scale``, increasing.
     values_ : list of ndarray
         Per map, the fitted probabilities at ``knots_`` (non-decreasing).
     {base_attributes}
@@ -126,9 +137,10 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
     _parameter_constraints: dict = {
         **BaseCalibrator._parameter_constraints,
         "collapse_extremes": ["boolean"],
+        "scale": [StrOptions({"log-odds", "probability"})],
     }
 
-    def __init__(self, collapse_extremes: bool = False, **base_params):
+    def __init__(self, collapse_extremes: bool = False, *, scale: str = "log-odds", **base_params):
         store_init_arguments(self, locals())
         super().__init__(**base_params)
 
@@ -136,7 +148,11 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
         warn_uninformative(self, logits, y_index, sample_weight)
         super()._fit_core(features, logits, y_index, sample_weight)
 
+    def _on_scale(self, scores) -> np.ndarray:
+        return expit(scores) if self.scale == "probability" else scores
+
     def _fit_maps(self, scores, targets, sample_weight) -> None:
+        scores = self._on_scale(scores)
         weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
         self.knots_, self.values_ = [], []
         for column in range(scores.shape[1]):
@@ -150,6 +166,7 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
             self.values_.append(values)
 
     def _apply_maps(self, scores) -> np.ndarray:
+        scores = self._on_scale(scores)
         # np.interp keeps the end values beyond the knots.
         return np.column_stack(
             [
@@ -162,4 +179,5 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
         """A ``torch.nn.Module``: float64 logits ``(n, K)`` -> ``predict_proba``'s probabilities."""
         from ._torch_maps import InterpolationMaps, OneVsRestMap
 
-        return OneVsRestMap(InterpolationMaps(self.knots_, self.values_), len(self.classes_))
+        maps = InterpolationMaps(self.knots_, self.values_, probability=self.scale == "probability")
+        return OneVsRestMap(maps, len(self.classes_))

@@ -87,12 +87,29 @@ def test_agrees_with_isotonic_at_the_centres_and_rises_strictly_between():
     assert np.all(np.diff(inner) > 0)
 
 
+def test_probability_scale_equals_cir_model_on_the_probabilities():
+    rng = np.random.default_rng(12)
+    scores = 2.0 * rng.normal(size=400)
+    y = (rng.uniform(size=400) < 1 / (1 + np.exp(-scores))).astype(int)
+    probabilities = 1 / (1 + np.exp(-scores))
+    reference = cir_model.CenteredIsotonicRegression(out_of_bounds="clip")
+    reference.fit(probabilities, y.astype(float))
+    model = CenteredIsotonicCalibration(scale="probability").fit(scores, y)
+    test = 2.5 * rng.normal(size=200)
+    expected = reference.transform(1 / (1 + np.exp(-test)))
+    np.testing.assert_allclose(model.predict_proba(test)[:, 1], expected, atol=1e-12)
+    # Same ranks: the isotonic values at the knots agree with the log-odds scale's.
+    on_log_odds = CenteredIsotonicCalibration().fit(scores, y)
+    np.testing.assert_allclose(np.unique(model.values_[0]), np.unique(on_log_odds.values_[0]))
+
+
 def test_grid_search_over_collapse_extremes():
     rng = np.random.default_rng(11)
     y = rng.integers(0, 3, size=600)
     logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(600, 3)))
-    grid = {"collapse_extremes": [False, True]}
+    grid = {"collapse_extremes": [False, True], "scale": ["log-odds", "probability"]}
     search = GridSearchCV(CenteredIsotonicCalibration(), grid, scoring="neg_brier_score", cv=3)
     search.fit(logits, y)
     assert search.best_params_["collapse_extremes"] in (False, True)
+    assert search.best_params_["scale"] in grid["scale"]
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))

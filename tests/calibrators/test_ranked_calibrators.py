@@ -33,6 +33,7 @@ RANKED = [
     VennAbersCalibration(),
     VennAbersCalibration(inductive=False, n_splits=3),
     CenteredIsotonicCalibration(),
+    CenteredIsotonicCalibration(scale="probability"),
     SplineCalibration(reg_param_grid=[0.01, 1.0], cv=3),
 ]
 NAMES = [
@@ -42,6 +43,7 @@ NAMES = [
     "VennAbersCalibration",
     "VennAbersCalibration-cross",
     "CenteredIsotonicCalibration",
+    "CenteredIsotonicCalibration-probability",
     "SplineCalibration",
 ]
 
