@@ -151,6 +151,20 @@ _TABLE = (
         demo="MatrixScaling (ODIR)",
     ),
     CalibrationMethod(
+        "svs",
+        "StructuredVectorScaling",
+        "structured",
+        "StructuredVectorScaling: temperature scaling, then a scale and an intercept per class "
+        "under size-scaled ridge penalties",
+    ),
+    CalibrationMethod(
+        "sms",
+        "StructuredMatrixScaling",
+        "structured",
+        "StructuredMatrixScaling: temperature scaling, then a linear map of the logits under "
+        "size-scaled ridge penalties",
+    ),
+    CalibrationMethod(
         "platt",
         "PlattScaling",
         "platt",
@@ -174,6 +188,12 @@ _TABLE = (
         classifier_scores=True,
     ),
     CalibrationMethod(
+        "quadratic",
+        "QuadraticScaling",
+        "quadratic",
+        "QuadraticScaling: a logistic map of the log-odds and their square, per class",
+    ),
+    CalibrationMethod(
         "beta",
         "BetaCalibration",
         "beta",
@@ -184,6 +204,26 @@ _TABLE = (
         "HistogramBinning",
         "binning",
         "HistogramBinning: the label frequency of equal-mass bins",
+    ),
+    CalibrationMethod(
+        "cir",
+        "CenteredIsotonicCalibration",
+        "cir",
+        "CenteredIsotonicCalibration: an increasing piecewise-linear map per class",
+    ),
+    CalibrationMethod(
+        "spline",
+        "SplineCalibration",
+        "spline",
+        "SplineCalibration: a penalised cubic spline of the log-odds per class",
+        seeded=True,
+    ),
+    CalibrationMethod(
+        "venn-abers",
+        "VennAbersCalibration",
+        "venn_abers",
+        "VennAbersCalibration: inductive Venn-Abers, with the interval [p0, p1]",
+        seeded=True,
     ),
     CalibrationMethod(
         "ets",
