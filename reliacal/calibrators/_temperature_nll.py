@@ -270,7 +270,8 @@ class _TemperatureObjective:
         self.n_passes += 1
         # The matrix-vector products are small: a BLAS thread pool woken for each of
         # them costs more than it gains on a busy machine. A first pass may run on the
-        # wrong scale, whose overflows are discarded with it.
+        # wrong scale, whose overflows are discarded with it; a non-finite G of a later
+        # float32 pass switches to float64.
         with single_threaded_blas(), np.errstate(over="ignore", invalid="ignore"):
             sums = self._pass(inverse_temperature, dtype, order)
             shift = 0
