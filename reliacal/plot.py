@@ -24,14 +24,14 @@ import numpy as np
 from reliacal._validation import check_option, check_probabilities
 from reliacal.metrics import (
     binned_statistics,
+    compare,
     expected_calibration_error,
+    per_model,
     smooth_calibration_error,
+    smooth_reliability_band,
     smooth_reliability_curve,
 )
-from reliacal.metrics._compare import compare
-from reliacal.metrics._modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
-from reliacal.metrics._report import per_model
-from reliacal.metrics._smooth_band import smooth_reliability_band
+from reliacal.metrics.modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
 

@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_rgb
 
-from reliacal.metrics import compare, expected_calibration_error, smooth_reliability_curve
-from reliacal.metrics._smooth_band import smooth_reliability_band
+from reliacal.metrics import (
+    compare,
+    expected_calibration_error,
+    smooth_reliability_band,
+    smooth_reliability_curve,
+)
 from reliacal.plot import ReliabilityDisplay
 
 

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from scipy.optimize import minimize
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV, ParameterGrid
+from sklearn.model_selection import GridSearchCV, ParameterGrid, StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
@@ -157,6 +157,20 @@ class _LogitScaling(BaseCalibrator):
 
     def _calibrated_logits(self, features, logits):
         return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
+
+    def _torch_map(self):
+        from reliacal.export import LinearLogitMap
+
+        return LinearLogitMap(self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            n_classes = len(self.classes_)
+            check_loaded_array(self, "coef_", self._coef_shape(n_classes))
+            check_loaded_array(self, "intercept_", (n_classes,))
 
 
 #: The docs of what every _LogitScaling subclass shares: the L-BFGS settings and results.
@@ -393,6 +407,22 @@ class MatrixScaling(_LogitScaling):
         return penalty, logit_gradient.T @ logits + 2.0 * off_weight * off_diagonal
 
 
+class _PenaltyFolds(StratifiedKFold):
+    """The folds of a penalty search: scikit-learn's, with a message that says what is missing."""
+
+    def split(self, X, y, groups=None):
+        counts = np.unique(np.asarray(y), return_counts=True)[1]
+        if counts.max() < self.n_splits:
+            raise ValueError(
+                f"choosing the regularisation by {self.n_splits}-fold cross-validated NLL "
+                f"needs at least {self.n_splits} samples of some class, got {len(y)} "
+                f"sample(s) whose largest class has {counts.max()}: pass more data, or give "
+                "the penalties (reg_bias, reg_off_diagonal; --reg-bias, --reg-off-diagonal "
+                "in the command)"
+            )
+        return super().split(X, y, groups)
+
+
 def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=False):
     """Vector or matrix scaling with its regularisation chosen by cross-validated NLL.
 
@@ -455,4 +485,7 @@ def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=
     if quick:
         candidates = ParameterGrid(grid)
         return clone(estimator).set_params(**candidates[len(candidates) // 2])
+    if isinstance(cv, numbers.Integral):
+        # GridSearchCV's own folds for an integer (unshuffled stratified k-fold), checked first.
+        cv = _PenaltyFolds(cv)
     return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=cv)

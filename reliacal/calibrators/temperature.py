@@ -236,6 +236,19 @@ class TemperatureScaling(BaseCalibrator):
             calibrated = (logits - logits.max(axis=1, keepdims=True)) / self.temperature_
         return calibrated
 
+    def _torch_map(self):
+        from reliacal.export import TemperatureMap
+
+        return TemperatureMap(self.temperature_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_number
+
+            # Infinity is a fit's limit for logits that predict no better than uniform.
+            check_loaded_number(self, "temperature_", positive=True, finite=False)
+
     def _expected_failed_checks(self) -> dict[str, str]:
         return {
             **super()._expected_failed_checks(),

@@ -158,8 +158,8 @@ class ReportWriter:
 _COLUMN_NOTE = (
     "ece: top-label ECE with 15 equal-width bins; adaptive_ece: 15 equal-mass bins; "
     "classwise_ece: mean over classes; smooth_ece: kernel-smoothed ECE; nll: negative "
-    "log-likelihood; brier: multiclass Brier score (range 0..2); overconfidence: mean "
-    "confidence minus accuracy; seconds: time to fit and predict."
+    "log-likelihood; brier: multiclass Brier score (range 0..2); signed_ece: mean "
+    "confidence minus accuracy (positive: over-confident); seconds: time to fit and predict."
 )
 
 _SIGNIFICANCE_TITLE = "Is the gain significant? (test split, paired bootstrap)"
