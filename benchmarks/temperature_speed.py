@@ -15,7 +15,7 @@ Each fit is timed (wall clock, best of ``--repeats``, the fitters interleaved so
 that they share the machine's load), and the NLL at each returned T is computed
 in float64 by one independent function. Peers that are not installed are
 skipped with a note. reliacal's passes over the logits are read from its
-counters (``_n_passes``: full reads of the logits; ``_subset_passes``: the
+counters (``n_passes_``: full reads of the logits; ``subset_passes_``: the
 subset solves' reads in units of the logits' size).
 
 A second section fits reliacal alone on the four CIFAR records (log of
@@ -41,24 +41,17 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import _common
 import numpy as np
 import torch
+from _posthoc_data import DATA_DIR, RECORDS
 from scipy.optimize import brentq
 from scipy.special import log_softmax, softmax
 
 from reliacal.calibrators import TemperatureScaling, _temperature_nll
 
 CASES = ((10_000, 100), (50_000, 1_000))
-RECORDS = (
-    "lenet-5-cifar-10",
-    "wideresnet-16-4-cifar-10",
-    "lenet-5-cifar-100",
-    "wideresnet-16-4-cifar-100",
-)
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 # The goals of the fit (issue 31): time ratios to these peers at 50,000 x 1,000, and
 # passes over the logits.
 RATIO_GOAL = 15.0
@@ -115,7 +108,7 @@ def fit_reliacal(logits, y):
 
 
 def passes_of(fitted: TemperatureScaling) -> str:
-    return f"{fitted._n_passes} (+{fitted._subset_passes:.3f})"
+    return f"{fitted.n_passes_} (+{fitted.subset_passes_:.3f})"
 
 
 def fit_sklearn(logits, y):
@@ -237,7 +230,7 @@ def _rows_off_the_subset(n_samples, n_classes, count):
 def scale_cases():
     """``(group, name, logits, y, reference T)`` of the CIFAR, extreme and hidden cases."""
     for name in RECORDS:
-        with np.load(DATA / f"{name}.npz") as record:
+        with np.load(DATA_DIR / f"{name}.npz") as record:
             logits, y = np.log(record["predictions"]), record["ground_truth"]
         yield "CIFAR record", name, logits, y, brent_temperature(logits, y)
     base, y = _random_problem(15, 400, 4)
@@ -294,8 +287,8 @@ def run_scale_cases(repeats):
                 "group": group,
                 "case": name,
                 "shape": f"{logits.shape[0]:,} x {logits.shape[1]:,} {logits.dtype}",
-                "passes": fitted._n_passes,
-                "subset": fitted._subset_passes,
+                "passes": fitted.n_passes_,
+                "subset": fitted.subset_passes_,
                 "seconds": best,
                 "temperature": fitted.temperature_,
                 "error": abs(fitted.temperature_ / reference - 1.0),
@@ -416,7 +409,7 @@ def main(argv=None) -> int:
         results[(n_samples, n_classes)] = rows = run_case(
             n_samples, n_classes, fitters, args.repeats
         )
-        LAST_PASSES[(n_samples, n_classes)] = LAST_FIT["reliacal"]._n_passes
+        LAST_PASSES[(n_samples, n_classes)] = LAST_FIT["reliacal"].n_passes_
         print(f"\nfloat32 logits {n_samples} x {n_classes}")
         for row in rows:
             print(

@@ -116,6 +116,13 @@ class TemperatureScaling(BaseCalibrator):
     n_iter_ : int
         Passes over the data (grid points searched for ``objective="ece"``:
         100 or 200).
+    n_passes_ : int
+        Reads of the whole logit matrix by ``fit``: ``n_iter_`` for
+        ``objective="nll"``; the NLL solve's passes plus one per grid point
+        for ``"ece"``. Input validation is not counted.
+    subset_passes_ : float
+        Reads of the strided subsets that give the solve its start, in units
+        of the logit matrix's size.
     {base_attributes}
 
     See Also
@@ -166,10 +173,8 @@ class TemperatureScaling(BaseCalibrator):
             warnings.warn(solution.message, ConvergenceWarning, stacklevel=3)
         self.temperature_ = temperature
         self.n_iter_ = solution.n_iter
-        # Instrumentation (benchmarks/temperature_speed.py, the tests): passes over the
-        # logits, and the subset solves' reads in units of the logits' size.
-        self._n_passes = objective.n_passes
-        self._subset_passes = subset_passes
+        self.n_passes_ = objective.n_passes
+        self.subset_passes_ = subset_passes
 
     def _fit_ece(self, logits, y_index, sample_weight) -> None:
         from reliacal.metrics import expected_calibration_error
@@ -223,8 +228,8 @@ class TemperatureScaling(BaseCalibrator):
             )
         self.temperature_ = float(grid[best])
         self.n_iter_ = len(grid)
-        self._n_passes = objective.n_passes + len(grid)
-        self._subset_passes = subset_passes
+        self.n_passes_ = objective.n_passes + len(grid)
+        self.subset_passes_ = subset_passes
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         logits = np.asarray(logits, dtype=np.float64)

@@ -1,9 +1,8 @@
 """TemperatureScaling's passes over the logits: counted right, and few.
 
-The counter (``_n_passes``, private instrumentation read by
-benchmarks/temperature_speed.py) is checked against an independent count of
-the rows the solver slices out of the logits; the bounds are the fitter's
-design goals (at most three passes for typical logits, five for logits
+The counter (``n_passes_``, also read by benchmarks/temperature_speed.py)
+is checked against an independent count of the rows the solver slices out
+of the logits; the bounds are the fitter's design goals (at most three passes for typical logits, five for logits
 whose scale the strided subset does not see), asserted on deterministic
 cases together with the exact optimum.
 """
@@ -78,9 +77,9 @@ def test_the_pass_counter_counts_the_rows_read():
 def test_typical_logits_are_read_at_most_three_times(n_samples, n_classes):
     logits, y = _overconfident_logits(n_samples, n_classes)
     fitted = TemperatureScaling().fit(logits, y)
-    assert fitted._n_passes <= 3
-    assert fitted._n_passes == fitted.n_iter_
-    assert fitted._subset_passes < 1
+    assert fitted.n_passes_ <= 3
+    assert fitted.n_passes_ == fitted.n_iter_
+    assert fitted.subset_passes_ < 1
     assert fitted.temperature_ == pytest.approx(_brentq_temperature(logits, y), rel=1e-12)
 
 
@@ -88,7 +87,7 @@ def test_cifar_records_are_read_at_most_three_times(record_name, load_record):
     probabilities, labels = load_record(record_name)
     logits = np.log(probabilities)
     fitted = TemperatureScaling().fit(logits, labels)
-    assert fitted._n_passes <= 3
+    assert fitted.n_passes_ <= 3
     assert fitted.temperature_ == pytest.approx(_brentq_temperature(logits, labels), rel=1e-12)
 
 
@@ -114,7 +113,7 @@ def test_a_scale_hidden_from_the_subset_takes_at_most_five_passes(factor):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fitted = TemperatureScaling().fit(logits, y)
-    assert fitted._n_passes <= 5
+    assert fitted.n_passes_ <= 5
     # T(c z) = c T(z): the reference is solved on the logits divided by the factor.
     reference = factor * _brentq_temperature(logits / factor, y)
     assert fitted.temperature_ == pytest.approx(reference, rel=1e-12)
@@ -132,12 +131,12 @@ def test_extreme_scales_take_at_most_five_passes(scale):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         fitted = TemperatureScaling().fit(logits * scale, y)
-    assert fitted._n_passes <= 5
+    assert fitted.n_passes_ <= 5
     assert fitted.temperature_ == pytest.approx(scale * _brentq_temperature(logits, y), rel=1e-12)
 
 
 def test_the_ece_objective_counts_its_grid_passes():
     logits, y = _overconfident_logits(3000, 10)
     fitted = TemperatureScaling(objective="ece").fit(logits, y)
-    nll_passes = TemperatureScaling().fit(logits, y)._n_passes
-    assert fitted._n_passes == nll_passes + fitted.n_iter_
+    nll_passes = TemperatureScaling().fit(logits, y).n_passes_
+    assert fitted.n_passes_ == nll_passes + fitted.n_iter_
