@@ -163,8 +163,12 @@ def test_a_checkpoint_folder_is_neither_saved_nor_restored(tmp_path):
 def test_one_changed_digit_of_the_manifest_is_refused(ts_folder):
     text = (ts_folder / MANIFEST).read_text()
     written = json.dumps(json.loads(text)["estimator"]["state"]["temperature_"])
-    digit = max(i for i, c in enumerate(written) if c.isdigit() and "e" not in written[:i])
-    changed = written[:digit] + str((int(written[digit]) + 1) % 10) + written[digit + 1 :]
+    digits = [i for i, c in enumerate(written) if c.isdigit() and "e" not in written[:i]]
+    # The last digit that changes the number: a 17th significant digit may not.
+    for digit in reversed(digits):
+        changed = written[:digit] + str((int(written[digit]) + 1) % 10) + written[digit + 1 :]
+        if float(changed) != float(written):
+            break
     assert written in text and float(changed) != float(written)
     (ts_folder / MANIFEST).write_text(text.replace(written, changed))
     with pytest.raises(ValueError, match="manifest.json was modified after saving"):
