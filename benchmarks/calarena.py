@@ -36,10 +36,12 @@ package).
 Run from the repository root:
 
     .venv/bin/python benchmarks/calarena.py [--quick] [--splits 5] [--no-digits]
-        [--no-tabular] [--auto-only] [--records ...] [--output benchmarks/results/calarena.md]
+        [--no-tabular] [--auto-only] [--candidate-sets ...] [--records ...] [--output benchmarks/results/calarena.md]
 
 ``--auto-only`` runs TemperatureScaling (the reference of the win rates) and the
-AutoCalibrator rows only, the comparison of candidate sets. ``--quick`` is a sanity
+AutoCalibrator rows only, the comparison of candidate sets, into ``calarena_auto.md``;
+``--candidate-sets 0 2`` runs the AutoCalibrator rows of those indices of
+``CANDIDATE_SETS`` only. ``--quick`` is a sanity
 run: two splits, one record, one tabular problem and classifier, the digits model
 trained 3 epochs; nothing written unless ``--output`` is given.
 """
@@ -594,10 +596,16 @@ def auto_goal(all_results, problems) -> list[str]:
         if not name.startswith("AutoCalibrator") and name not in ("uncalibrated",)
     }
     best_name = max(singles, key=lambda name: singles[name][0])
-    lines = [
-        f"Best single method by win rate against TS over all cases: {best_name} "
-        f"({100 * singles[best_name][0]:.0f}% of {singles[best_name][2]})."
-    ]
+    # Under --auto-only TS is the only single method: no comparison to make.
+    compare = len(singles) > 1
+    lines = (
+        [
+            f"Best single method by win rate against TS over all cases: {best_name} "
+            f"({100 * singles[best_name][0]:.0f}% of {singles[best_name][2]})."
+        ]
+        if compare
+        else []
+    )
     for name, (win, change, n) in everything.items():
         if not name.startswith("AutoCalibrator"):
             continue
@@ -609,9 +617,9 @@ def auto_goal(all_results, problems) -> list[str]:
                     above.append(f"{problem_name} ({row['NLL']:.4f} > {raw['NLL']:.4f})")
                     above_by_kind[kind] += 1
         verdict = "at least as often as" if win >= singles[best_name][0] else "less often than"
+        versus = f" ({verdict} {best_name})" if compare else ""
         lines.append(
-            f"{name}: wins against TS in {100 * win:.0f}% of {n} cases ({verdict} "
-            f"{best_name}), median NLL change {100 * change:+.2f}%; test NLL above the "
+            f"{name}: wins against TS in {100 * win:.0f}% of {n} cases{versus}, median NLL change {100 * change:+.2f}%; test NLL above the "
             f"uncalibrated model's in {len(above)} case(s) ({above_by_kind['multiclass']} "
             f"multiclass, {above_by_kind['binary']} binary)"
             f"{': ' + '; '.join(above) if above else ''}."
@@ -678,7 +686,16 @@ def main() -> None:
     parser.add_argument(
         "--auto-only",
         action="store_true",
-        help="only TemperatureScaling (the reference) and the AutoCalibrator rows",
+        help="only TemperatureScaling (the reference) and the AutoCalibrator rows; "
+        "written to calarena_auto.md unless --output is given",
+    )
+    parser.add_argument(
+        "--candidate-sets",
+        type=int,
+        nargs="+",
+        default=list(range(len(CANDIDATE_SETS))),
+        choices=range(len(CANDIDATE_SETS)),
+        help="the AutoCalibrator rows to run, by index in CANDIDATE_SETS (default: all)",
     )
     _common.add_output_argument(parser, "calarena.md")
     args = parser.parse_args()
@@ -687,6 +704,8 @@ def main() -> None:
         args.records = args.records[:1]
         if args.output == _common.RESULTS_DIR / "calarena.md":
             args.output = None
+    elif args.auto_only and args.output == _common.RESULTS_DIR / "calarena.md":
+        args.output = _common.RESULTS_DIR / "calarena_auto.md"
     _common.limit_threads(1)
     started, load_before = time.perf_counter(), _common.load_average()
 
@@ -694,7 +713,12 @@ def main() -> None:
         print(f"[{time.perf_counter() - started:7.1f} s] {message}", flush=True)
 
     seeds = range(args.splits)
-    table = methods()
+    chosen = {_auto_name(CANDIDATE_SETS[index]) for index in args.candidate_sets}
+    table = {
+        name: method
+        for name, method in methods().items()
+        if not name.startswith("AutoCalibrator") or name in chosen
+    }
     if args.auto_only:
         table = {
             name: method
@@ -750,40 +774,51 @@ def main() -> None:
         "at 5,000 rows). The MiniLM noun "
         "logits are not run (encoding WordNet takes minutes here).",
         "",
-        "## Goals",
-        "",
-        f"- Log loss no worse than the peer's (within {100 * EQUAL_NLL:.2f}% relative) on every "
-        f"problem: {'met' if not worse else 'not met'}"
-        + (f"; worse: {'; '.join(worse)}" if worse else "")
-        + ".",
-        f"- Fit + predict no slower than the peer's on every problem (summed over the splits, "
-        f"{SAME_TIME * 1000:.0f} ms counting as equal): "
-        + ("met" if not slower else "not met; slower: " + "; ".join(slower))
-        + ".",
-        "- SMS or SVS below TS in test log loss (mean over the splits) on at least 3 of the 4 "
-        f"CIFAR records: {sum('none' not in line for line in structured)} of "
-        f"{len(structured)}.",
-        *[f"  - {line}" for line in structured],
-        "- Venn-Abers equal to venn-abers to 1e-9: largest |dp| over all problems "
-        + (
-            f"{max((r['peer']['max |dp|'] for res in all_results.values() for r in res.get('VennAbersCalibration', []) if 'peer' in r), default=float('nan')):.1e}"
-            if peers["venn-abers"]
-            else "(venn-abers not installed)"
-        )
-        + " (the oracle tests check 1e-9 on shared data).",
-        f"- IVAP fit + predict on 50,000 points under 0.2 s: {'met' if speed[1] < 0.2 else 'not met'}"
-        f". {speed[0]}",
-        "",
-        "Reading the peer comparisons: the logistic maps (TS, VS, SVS, SMS, Platt, quadratic) "
-        "fit the same objective as their peers, ours to float64 precision, probmetrics' in "
-        "float32 with looser stopping; where their test NLL differs by more than the "
-        "threshold, the calibration half was (nearly) separable, so the maximum-likelihood "
-        "map is infinitely steep and the peer's earlier stop acts as a regulariser "
-        "(QuadraticScaling warns there). The piecewise maps (isotonic, CIR, histogram "
-        "binning) read log-odds where probmetrics reads probabilities: same ranks, other "
-        "interpolation and bin edges, whose NLL on a few hundred test rows is dominated by "
-        "the rows given probability 0.",
-        "",
+    ]
+    if args.auto_only:
+        report += [
+            "Run with --auto-only: TemperatureScaling and the AutoCalibrator rows only "
+            "(calarena.md has every method beside its peer).",
+            "",
+        ]
+    else:
+        report += [
+            "## Goals",
+            "",
+            f"- Log loss no worse than the peer's (within {100 * EQUAL_NLL:.2f}% relative) on every "
+            f"problem: {'met' if not worse else 'not met'}"
+            + (f"; worse: {'; '.join(worse)}" if worse else "")
+            + ".",
+            f"- Fit + predict no slower than the peer's on every problem (summed over the splits, "
+            f"{SAME_TIME * 1000:.0f} ms counting as equal): "
+            + ("met" if not slower else "not met; slower: " + "; ".join(slower))
+            + ".",
+            "- SMS or SVS below TS in test log loss (mean over the splits) on at least 3 of the 4 "
+            f"CIFAR records: {sum('none' not in line for line in structured)} of "
+            f"{len(structured)}.",
+            *[f"  - {line}" for line in structured],
+            "- Venn-Abers equal to venn-abers to 1e-9: largest |dp| over all problems "
+            + (
+                f"{max((r['peer']['max |dp|'] for res in all_results.values() for r in res.get('VennAbersCalibration', []) if 'peer' in r), default=float('nan')):.1e}"
+                if peers["venn-abers"]
+                else "(venn-abers not installed)"
+            )
+            + " (the oracle tests check 1e-9 on shared data).",
+            f"- IVAP fit + predict on 50,000 points under 0.2 s: {'met' if speed[1] < 0.2 else 'not met'}"
+            f". {speed[0]}",
+            "",
+            "Reading the peer comparisons: the logistic maps (TS, VS, SVS, SMS, Platt, quadratic) "
+            "fit the same objective as their peers, ours to float64 precision, probmetrics' in "
+            "float32 with looser stopping; where their test NLL differs by more than the "
+            "threshold, the calibration half was (nearly) separable, so the maximum-likelihood "
+            "map is infinitely steep and the peer's earlier stop acts as a regulariser "
+            "(QuadraticScaling warns there). The piecewise maps (isotonic, CIR, histogram "
+            "binning) read log-odds where probmetrics reads probabilities: same ranks, other "
+            "interpolation and bin edges, whose NLL on a few hundred test rows is dominated by "
+            "the rows given probability 0.",
+            "",
+        ]
+    report += [
         "## Against temperature scaling (CalArena's summary figures)",
         "",
         "Win rate: the share of cases (problem x split) whose test NLL is below "
