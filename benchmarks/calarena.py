@@ -260,6 +260,8 @@ CANDIDATE_SETS = (
     ("temperature", "vector", "matrix", "svs", "sms", "isotonic", "ets"),
     ("temperature", "vector", "matrix", "svs", "sms", "ets"),
     ("temperature", "svs", "sms", "vector", "ets", "isotonic", "venn-abers", "quadratic"),
+    # SVS and SMS above two classes only, where they are more than penalised VS and MS.
+    ("temperature", "vector", "matrix", "svs>2", "sms>2", "isotonic", "ets"),
 )
 SHORT_NAMES = {
     "temperature": "TS",
@@ -271,6 +273,8 @@ SHORT_NAMES = {
     "ets": "ETS",
     "venn-abers": "VA",
     "quadratic": "quad",
+    "svs>2": "SVS (K > 2)",
+    "sms>2": "SMS (K > 2)",
 }
 
 
@@ -282,12 +286,17 @@ def _candidate(name: str):
 
 
 def _set(names, n_classes: int) -> dict:
-    """The candidates ``names``; ODIR MatrixScaling only up to 20 classes, as by default."""
-    return {
-        name: _candidate(name)
-        for name in names
-        if not (name == "matrix" and n_classes > MAX_CLASSES_FOR_MATRIX)
-    }
+    """The candidates ``names``; ODIR MatrixScaling only up to 20 classes, as by default, and
+    a name ``"svs>2"`` only above two classes."""
+    candidates = {}
+    for name in names:
+        name, _, above = name.partition(">")
+        if name == "matrix" and n_classes > MAX_CLASSES_FOR_MATRIX:
+            continue
+        if above and n_classes <= int(above):
+            continue
+        candidates[name] = _candidate(name)
+    return candidates
 
 
 def _auto_name(names) -> str:
