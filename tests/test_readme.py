@@ -54,6 +54,28 @@ def test_readme_block_runs(index, tmp_path, monkeypatch):
         assert (namespace["scores"].to_numpy() >= 0).all()
 
 
+def test_quick_start_prints_its_whole_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(RUNNABLE[0], "README block 0", "exec"), {})
+    printed = capsys.readouterr().out
+    # pandas elides rows or columns of a frame wider or longer than the terminal with "...".
+    assert "..." not in printed
+    for metric in ("ece", "nll", "brier"):
+        assert re.search(rf"^{metric}\b", printed, flags=re.MULTILINE), printed
+
+
+def test_pytest_summary_names_failures_but_not_expected_failures():
+    """`-ra` buried a FAILED line under the check_estimator waivers' XFAIL reasons."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(README.parent / "setup.cfg")
+    flags = next(
+        option[2:] for option in config["tool:pytest"]["addopts"].split() if option.startswith("-r")
+    )
+    assert {"f", "E"} <= set(flags) and not {"a", "A", "x"} & set(flags), flags
+
+
 @pytest.mark.slow
 def test_readme_dask_evaluation_runs_as_a_script_on_a_parquet_folder(tmp_path):
     # As the block says: a script (LocalCluster's worker processes import it) and a folder
