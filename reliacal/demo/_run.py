@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ import pandas as pd
 
 from reliacal.calibrators import calibration_methods, make_calibrator, tuned_scaling
 from reliacal.demo._report import ReportWriter, slug
+from reliacal.demo._summary import summary_block, summary_findings
 from reliacal.metrics import calibration_report, compare, softmax
 
 __all__ = [
@@ -30,6 +32,9 @@ __all__ = [
 # over-confidence shows; a large test split keeps the binned metrics' noise low.
 CALIBRATION_SIZE = 0.25
 TEST_SIZE = 0.45
+
+# Bins of the binned metrics: calibration_report's default, which the summary states.
+N_BINS = inspect.signature(calibration_report).parameters["n_bins"].default
 
 # The report's columns, in the order a reader compares them (all from calibration_report).
 REPORT_COLUMNS = (
@@ -135,6 +140,10 @@ class DemoMethod:
         Row name in the report (unique).
     run : callable
         ``run(context) -> ndarray | MethodOutput``.
+    against : str or None, default=None
+        The row this one is read against (one of the bootstrap's references,
+        :data:`SIGNIFICANCE_REFERENCES`): the summary spells out their ECE and
+        NLL differences and whether they are significant.
 
     Examples
     --------
@@ -144,6 +153,7 @@ class DemoMethod:
 
     name: str
     run: Callable[[DemoContext], np.ndarray | MethodOutput]
+    against: str | None = None
 
 
 def post_hoc(
@@ -345,8 +355,8 @@ def _director(context: DemoContext) -> Any:
 METHODS: list[DemoMethod] = [
     DemoMethod("Uncalibrated", _uncalibrated),
     *(_table_method(name) for name, method in calibration_methods().items() if method.demo),
-    DemoMethod("CalAttn", _fine_tuned(_calattn, _without_post_hoc)),
-    DemoMethod("CalAttn + TS", _fine_tuned(_calattn)),
+    DemoMethod("CalAttn", _fine_tuned(_calattn, _without_post_hoc), against="Uncalibrated"),
+    DemoMethod("CalAttn + TS", _fine_tuned(_calattn), against="TemperatureScaling"),
     DemoMethod("DIRECTOR (10 paths)", _fine_tuned(_director)),
 ]
 
@@ -365,6 +375,9 @@ class DemoResult:
         The folder, ``report.md`` and ``report.html``.
     files : list of Path
         Every file written.
+    summary : str
+        The headline table and the claims it supports, as Markdown between
+        the README's markers (what ``reliacal demo --results PATH`` writes).
 
     Examples
     --------
@@ -377,6 +390,7 @@ class DemoResult:
     report_path: Path
     html_path: Path
     files: list[Path]
+    summary: str = ""
 
 
 def run_demo(
@@ -501,19 +515,76 @@ def _run(output_dir, quick, random_state, methods, say) -> DemoResult:
     writer.figures(splits, probabilities, outputs, slugs, training_result)
     writer.arrays(splits, probabilities, slugs, calibration_logits, test_logits)
     setup = _setup_lines(splits, config, training_seconds, quick, random_state)
-    significance = significance_table(splits.y_test, probabilities, random_state)
+    comparisons = paired_comparisons(splits.y_test, probabilities, random_state)
+    pairs = [(method.name, method.against) for method in methods if method.against]
+    summary = summary_block(
+        report,
+        comparisons,
+        sizes=(len(splits.y_train), len(splits.y_calibration), len(splits.y_test)),
+        random_state=random_state,
+        n_bins=N_BINS,
+        n_bootstraps=N_BOOTSTRAPS,
+        pairs=pairs,
+        quick=quick,
+    )
     report_path, html_path = writer.reports(
-        report, setup, last_key=f"probs_{slugs[methods[-1].name]}", significance=significance
+        report,
+        setup,
+        last_key=f"probs_{slugs[methods[-1].name]}",
+        significance=_significance_cells(comparisons, list(probabilities)),
+        findings=summary_findings(report, comparisons, pairs),
     )
     say(f"wrote {len(writer.files)} files to {output_dir}")
-    return DemoResult(report, probabilities, output_dir, report_path, html_path, writer.files)
+    return DemoResult(
+        report, probabilities, output_dir, report_path, html_path, writer.files, summary
+    )
 
 
 #: The references each method's gain is tested against (those the method list holds).
 SIGNIFICANCE_REFERENCES = ("Uncalibrated", "TemperatureScaling")
+#: Resamples of the paired bootstrap.
+N_BOOTSTRAPS = 1000
 
 
-def significance_table(y_true, probabilities: dict, random_state: int, n_bootstraps: int = 1000):
+def paired_comparisons(
+    y_true, probabilities: dict, random_state: int, n_bootstraps: int = N_BOOTSTRAPS
+) -> dict[str, pd.DataFrame]:
+    """Every method's ECE and NLL against each reference, by a paired bootstrap.
+
+    Returns reference name -> :func:`reliacal.metrics.compare` frame (rows
+    ``(method, metric)``), for the references of
+    :data:`SIGNIFICANCE_REFERENCES` that ``probabilities`` holds.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from reliacal.metrics import softmax
+    >>> rng = np.random.default_rng(0)
+    >>> logits = 3.0 * rng.normal(size=(400, 3))
+    >>> y = np.array([rng.choice(3, p=p) for p in softmax(logits / 3.0)])
+    >>> compared = paired_comparisons(
+    ...     y, {"Uncalibrated": softmax(logits), "TS": softmax(logits / 3.0)}, 0, 200
+    ... )
+    >>> bool(compared["Uncalibrated"].loc[("TS", "ece"), "significant"])
+    True
+    """
+    return {
+        reference: compare(
+            y_true,
+            probabilities,
+            metrics=("ece", "nll"),
+            reference=reference,
+            n_bootstraps=n_bootstraps,
+            random_state=random_state,
+        )
+        for reference in SIGNIFICANCE_REFERENCES
+        if reference in probabilities
+    }
+
+
+def significance_table(
+    y_true, probabilities: dict, random_state: int, n_bootstraps: int = N_BOOTSTRAPS
+):
     """Each method's ECE and NLL difference to each reference, with a paired bootstrap.
 
     Cells read ``difference [low, high]``, the 95% percentile interval of the
@@ -534,24 +605,21 @@ def significance_table(y_true, probabilities: dict, random_state: int, n_bootstr
     >>> table.loc["TS", "ECE vs Uncalibrated"].endswith("*")
     True
     """
+    comparisons = paired_comparisons(y_true, probabilities, random_state, n_bootstraps)
+    return _significance_cells(comparisons, list(probabilities))
+
+
+def _significance_cells(comparisons: dict[str, pd.DataFrame], index: list[str]) -> pd.DataFrame:
+    """The table of :func:`significance_table` from :func:`paired_comparisons`' frames."""
     columns = {}
-    for reference in (name for name in SIGNIFICANCE_REFERENCES if name in probabilities):
-        compared = compare(
-            y_true,
-            probabilities,
-            metrics=("ece", "nll"),
-            reference=reference,
-            n_bootstraps=n_bootstraps,
-            random_state=random_state,
-        )
+    for reference, compared in comparisons.items():
         for metric in ("ece", "nll"):
-            rows = compared.xs(metric, level="metric").reindex(list(probabilities))
+            rows = compared.xs(metric, level="metric").reindex(index)
             columns[f"{metric.upper()} vs {reference}"] = [
                 f"{row.difference:+.4f} [{row.difference_ci_low:+.4f}, "
                 f"{row.difference_ci_high:+.4f}]{' *' if row.significant else ''}"
                 for row in rows.itertuples()
             ]
-    index = list(probabilities)
     return pd.DataFrame(columns, index=pd.Index(index, name="method"))
 
 
