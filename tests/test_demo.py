@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import matplotlib
 
@@ -300,6 +301,9 @@ def _histogram(values):
     return figure
 
 
+RESULTS_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "demo.md"
+
+
 def _table_rows(markdown: str, columns: int) -> dict[str, list[float]]:
     """Method -> numbers of the Markdown table rows that have ``columns`` numbers."""
     rows = {}
@@ -424,3 +428,14 @@ def test_findings_name_the_lowest_and_the_significant_differences_by_hand():
         "significant: NLL."
     )
     assert len(lines) == 3  # a pair whose reference was not compared is left out
+
+
+@pytest.mark.slow
+def test_demo_reruns_to_the_committed_results_digit_for_digit(tmp_path):
+    # The demo is deterministic on the CPU with one thread: a full rerun writes the block of
+    # benchmarks/results/demo.md (and so of the README) again, every digit.
+    results = tmp_path / "demo.md"
+    assert (
+        main(["demo", "--quiet", "--out", str(tmp_path / "demo"), "--results", str(results)]) == 0
+    )
+    assert extract_block(results.read_text()) == extract_block(RESULTS_FILE.read_text())
