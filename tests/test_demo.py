@@ -431,11 +431,19 @@ def test_findings_name_the_lowest_and_the_significant_differences_by_hand():
 
 
 @pytest.mark.slow
-def test_demo_reruns_to_the_committed_results_digit_for_digit(tmp_path):
+def test_demo_reruns_to_the_committed_results(tmp_path):
     # The demo is deterministic on the CPU with one thread: a full rerun writes the block of
     # benchmarks/results/demo.md (and so of the README) again, every digit.
     results = tmp_path / "demo.md"
     assert (
         main(["demo", "--quiet", "--out", str(tmp_path / "demo"), "--results", str(results)]) == 0
     )
-    assert extract_block(results.read_text()) == extract_block(RESULTS_FILE.read_text())
+    rerun, committed = extract_block(results.read_text()), extract_block(RESULTS_FILE.read_text())
+    # Same words, same claims, and every number within 2 units of its last printed digit: on
+    # another CPU's vector kernels a value can round the other way, while a stale table is
+    # off by far more.
+    number = re.compile(r"-?\d+\.\d+")
+    assert number.sub("#", rerun) == number.sub("#", committed)
+    for new, old in zip(number.findall(rerun), number.findall(committed), strict=True):
+        unit = 10.0 ** -len(old.split(".")[1])
+        assert abs(float(new) - float(old)) <= 2 * unit + 1e-12, (new, old)
