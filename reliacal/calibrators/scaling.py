@@ -231,7 +231,6 @@ n_iter_ : int
 }
 
 
-@shared_doc(_LBFGS_DOCS)
 class _DiagonalMap:
     """A weight per class, ``z_k -> w_k z_k``: the map of the vector scalings."""
 
@@ -258,6 +257,7 @@ class _FullMap:
         return logits @ coef.T
 
 
+@shared_doc(_LBFGS_DOCS)
 class VectorScaling(_DiagonalMap, _LogitScaling):
     r"""Vector scaling: ``p = softmax(w * z + b)``, one weight and one bias per class.
 

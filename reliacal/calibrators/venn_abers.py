@@ -36,10 +36,11 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
+from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators._classic import OneVsRestCalibrator
+from reliacal.calibrators._classic import CLASSIC_METHOD_DOCS, OneVsRestCalibrator
 
 __all__ = ["VennAbersCalibration", "cumulative_diagram", "venn_abers_bounds"]
 
@@ -352,13 +353,11 @@ class VennAbersCalibration(OneVsRestCalibrator):
         p0, p1 = self._bounds(scores)
         return p1 / (1.0 - p0 + p1)
 
+    @shared_doc(CLASSIC_METHOD_DOCS)
     def predict_interval(self, X) -> np.ndarray:
         """Return the Venn-Abers multiprobability ``[p0, p1]`` of each sample.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {classic_input}
 
         Returns
         -------

@@ -325,19 +325,28 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path):
 # 4. Sizes, members and versions --------------------------------------------------------------
 
 
+def assert_refused_within_memory(path, match):
+    """``load(path)`` raises a ValueError matching ``match`` having allocated under 8 MiB.
+
+    The members of these files inflate to 64 MiB: staying under 8 MiB shows that they
+    were refused before being read.
+    """
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            reliacal.load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+
+
 def test_an_unreferenced_array_is_refused_before_it_is_read(ts_folder):
     # A deflated member that inflates to 64 MiB of zeros, behind a matching SHA-256.
     bomb = npy_member(np.zeros(8 * 2**20))
     arrays = stored_arrays(ts_folder)
     write_arrays(ts_folder, npz_bytes(arrays, compressed={"a99.npy": bomb}))
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="a99"):
-            reliacal.load(ts_folder)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(ts_folder, "a99")
 
 
 def test_a_compressed_array_is_refused_before_it_is_read(ts_folder):
@@ -358,14 +367,7 @@ def test_an_archive_whose_members_inflate_is_refused_before_reading(ts_folder, t
         bundle.writestr(MANIFEST, manifest)
         bundle.writestr(ARRAYS, b"\0" * 64 * 2**20)
     assert archive.stat().st_size < 2**20
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="compressed"):
-            reliacal.load(archive)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(archive, "compressed")
 
 
 def test_an_archive_with_two_manifests_is_refused(ts_folder, tmp_path):
