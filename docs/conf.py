@@ -302,7 +302,15 @@ def _public_bases(app, name, obj, options, bases):
     bases[:] = shown
 
 
+def _announce_api_pages(app):
+    # autosummary writes the stubs of the pages the environment knows, at builder-inited;
+    # on an incremental build that is the previous build's list, so a package just added
+    # to API_PACKAGES would get its stubs a build late (and then stay out of its toctree).
+    app.env.found_docs.update(f"api/{name}" for name in API_PACKAGES)
+
+
 def setup(app):
+    app.connect("builder-inited", _announce_api_pages, priority=400)
     app.connect("autodoc-skip-member", _skip_member)
     app.connect("missing-reference", _documented_home_reference)
     app.connect("autodoc-process-bases", _public_bases)
