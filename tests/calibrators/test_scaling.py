@@ -14,7 +14,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedKFold
 
-from reliacal.calibrators import ConvergenceWarning, MatrixScaling, VectorScaling
+from reliacal.calibrators import (
+    ConvergenceWarning,
+    MatrixScaling,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
+    VectorScaling,
+)
 from reliacal.calibrators.scaling import tuned_scaling
 from reliacal.metrics import negative_log_likelihood
 
@@ -113,19 +119,30 @@ def test_unregularised_matrix_scaling_is_multinomial_logistic_regression():
     )
 
 
-@pytest.mark.parametrize("estimator", [VectorScaling(reg_bias=0.7), MatrixScaling(3.0, 0.7)])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        VectorScaling(reg_bias=0.7),
+        MatrixScaling(3.0, 0.7),
+        StructuredVectorScaling(reg_bias=0.7, reg_diagonal=1.3),
+        StructuredMatrixScaling(reg_bias=0.7, reg_diagonal=1.3),
+    ],
+    ids=type,
+)
 def test_analytic_gradient_matches_finite_differences(estimator):
-    logits, y = _problem(2, n=50, n_classes=3)
-    weights = np.random.default_rng(3).random(50)
+    logits, y = _problem(2, n=60, n_classes=3)
+    # Fitted first: the structured scalings' penalty weights and features come from fit.
+    fitted = clone(estimator).fit(logits, y)
+    features = fitted._preprocess(logits) if hasattr(fitted, "_preprocess") else logits
+    weights = np.random.default_rng(3).random(60)
     weights /= weights.sum()
-    n_parameters = 12 if isinstance(estimator, MatrixScaling) else 6
-    parameters = np.random.default_rng(4).normal(size=n_parameters)
+    parameters = np.random.default_rng(4).normal(size=fitted.coef_.size + 3)
 
     def loss(theta):
-        return estimator._loss(theta, logits, y, weights)[0]
+        return fitted._loss(theta, features, y, weights)[0]
 
     def gradient(theta):
-        return estimator._loss(theta, logits, y, weights)[1]
+        return fitted._loss(theta, features, y, weights)[1]
 
     scale = max(1.0, np.abs(gradient(parameters)).max())
     assert check_grad(loss, gradient, parameters) < 1e-6 * scale

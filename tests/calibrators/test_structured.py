@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.optimize import check_grad, minimize_scalar
+from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax, softmax
 from sklearn.base import clone
 from sklearn.metrics import log_loss
@@ -132,26 +132,6 @@ def test_penalty_strengths_are_lambda_times_counts_over_samples():
     assert fitted.mixture_weight_ == 1 / 601
     fitted = StructuredVectorScaling(class_exponent=2.0, sample_exponent=0.5).fit(logits, y)
     np.testing.assert_allclose(fitted.penalty_weights_, [9 / 600**0.5, 9 / 600**0.5, 0.0])
-
-
-@pytest.mark.parametrize("estimator", [StructuredVectorScaling(), StructuredMatrixScaling()])
-def test_analytic_gradient_matches_finite_differences(estimator):
-    logits, y = _problem(2, n=60, n_classes=3)
-    fitted = clone(estimator).set_params(reg_bias=0.7, reg_diagonal=1.3).fit(logits, y)
-    features = fitted._preprocess(logits)
-    weights = np.random.default_rng(3).random(60)
-    weights /= weights.sum()
-    n_parameters = fitted.coef_.size + 3
-    parameters = np.random.default_rng(4).normal(size=n_parameters)
-
-    def loss(theta):
-        return fitted._loss(theta, features, y, weights)[0]
-
-    def gradient(theta):
-        return fitted._loss(theta, features, y, weights)[1]
-
-    scale = max(1.0, np.abs(gradient(parameters)).max())
-    assert check_grad(loss, gradient, parameters) < 1e-6 * scale
 
 
 @pytest.mark.parametrize("estimator", [StructuredVectorScaling(), StructuredMatrixScaling()])
