@@ -213,7 +213,7 @@ class VennAbersCalibration(OneVsRestCalibrator):
     and ``predict_interval`` returns ``[p0, p1]`` itself. The bounds of all
     test scores are tabulated at fit time in ``O(n log n)`` (a sort, then a
     linear sweep over the convex hulls of the cumulative sum diagram; see
-    :func:`venn_abers_bounds`); a test score equal to a calibration score is
+    ``venn_abers_bounds``); a test score equal to a calibration score is
     placed after the tied calibration scores for ``p0`` and before them for
     ``p1``, as the ``venn-abers`` package does.
 
