@@ -391,6 +391,31 @@ def test_plain_module_with_named_parts_and_callables():
         spatial(x)
 
 
+class _FeaturesAndAuxiliary(nn.Module):
+    """A feature part that returns its features beside an auxiliary output, in a container."""
+
+    def __init__(self, body, container):
+        super().__init__()
+        self.body, self.container = body, container
+
+    def forward(self, x):
+        features = self.body(x)
+        if self.container is dict:
+            return {"features": features, "auxiliary": features.detach()}
+        return self.container([features, features.detach()])
+
+
+@pytest.mark.parametrize("container", [tuple, list, dict])
+def test_plain_features_that_return_a_container_get_a_clear_error(container):
+    torch.manual_seed(0)
+    model = make_plain()
+    model.body = _FeaturesAndAuxiliary(model.body, container)
+    adapter = as_backbone(model, features="body", head="fc")
+    expected = rf"features returned a {container.__name__}.*one tensor"
+    with pytest.raises(ValueError, match=expected):
+        adapter.eval()(images())
+
+
 def test_timm_name_string_and_pass_through():
     adapter = as_backbone(
         "vit_tiny_patch16_224",
