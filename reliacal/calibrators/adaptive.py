@@ -45,6 +45,12 @@ _MIN_SCALE = 1e-3
 _PUBLISHED_WIDTHS = (1024, 512, 512)
 # Rows per inference batch: bounds the memory of predicting on large arrays.
 _INFERENCE_ROWS = 8192
+# What the training loop's chance warning says here: a temperature keeps the argmax.
+_CHANCE_ADVICE = (
+    "AdaptiveTS divides fixed logits by a positive temperature, which keeps their argmax, "
+    "so this is the accuracy of the model that produced them: check that the labels match "
+    "those logits (training longer cannot raise it)."
+)
 # Columns of confidence_statistics: top log-probability, top-2 margin, entropy.
 _N_CONFIDENCE_STATISTICS = 3
 
@@ -712,6 +718,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                 config=config,
                 validation_data=validation_data,
                 logits_fn=_output_logits,
+                chance_advice=_CHANCE_ADVICE,
             )
         except TrainingDivergedError as error:
             index = len(self.members_)

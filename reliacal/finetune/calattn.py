@@ -45,6 +45,13 @@ from reliacal.training import TRAINING_CONSTRAINTS, TrainingConfig, fit_module, 
 
 __all__ = ["CalAttnFinetuner"]
 
+# The end of the training loop's warning when no epoch rose above chance.
+_CHANCE_ADVICE = (
+    "CalAttnFinetuner: train longer (max_epochs), change learning_rate, head_learning_rate "
+    "or warmup_epochs, and check that the labels match the inputs and the backbone's "
+    "classifier."
+)
+
 
 class CalAttnFinetuner(FinetuneEstimator):
     r"""Calibration Attention: fine-tune a transformer with a learned per-sample scale.
@@ -393,6 +400,7 @@ mixed_precision, checkpoint_dir, device, verbose
                 validation_data=validation,
                 logits_fn=calibrated_logits,
                 train_transform=self.train_transform,
+                chance_advice=_CHANCE_ADVICE,
             )
         self.network_ = network
         self.token_ = network.token

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import functools
 import numbers
-import warnings
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import warn_at_caller
 from reliacal.backbones import as_backbone
 from reliacal.finetune._estimator import (
     FinetuneEstimator,
@@ -49,6 +49,13 @@ from reliacal.training import (
 )
 
 __all__ = ["DiffusionReconfigurer", "StudentBelowTeacherWarning"]
+
+# The end of the training loop's warning when no epoch rose above chance.
+_CHANCE_ADVICE = (
+    "DiffusionReconfigurer's student starts from its teacher: check that the teacher is "
+    "above chance on these labels (teacher_val_accuracy_) and that the labels match the "
+    "inputs; then train longer (max_epochs) or change learning_rate."
+)
 
 
 class StudentBelowTeacherWarning(UserWarning):
@@ -461,6 +468,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
             validation_data=validation,
             logits_fn=_first,
             callbacks=[functools.partial(_record_components, history, loss)],
+            chance_advice=_CHANCE_ADVICE,
         )
         self.network_ = student.cpu().eval()
         self.teacher_val_accuracy_ = self._teacher_accuracy(teacher, validation)
@@ -508,13 +516,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
             if self.anchor == "none"
             else "train longer (max_epochs), lower learning_rate or ema_decay"
         )
-        warnings.warn(
+        warn_at_caller(
             f"the DIRECTOR student's validation accuracy {self.student_val_accuracy_:.1%} is "
             f"{shortfall:.1%} below its teacher's {self.teacher_val_accuracy_:.1%} (more than "
             f"accuracy_margin={self.accuracy_margin}): {advice}, or reconfigure fewer blocks",
             StudentBelowTeacherWarning,
-            # Past _train, fit and scikit-learn's _fit_context wrapper: the caller's line.
-            stacklevel=5,
         )
 
     # Prediction ------------------------------------------------------------------------------

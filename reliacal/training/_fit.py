@@ -171,6 +171,7 @@ def fit_module(
     logits_fn: Callable[[Any], torch.Tensor] | None = None,
     train_transform: Callable[[Any], Any] | None = None,
     callbacks: Iterable[Callable[[int, dict[str, Any]], bool | None]] = (),
+    chance_advice: str | None = None,
 ) -> TrainingResult:
     """Train ``module`` in place by minimising ``loss_fn(module(x), y)``.
 
@@ -221,6 +222,12 @@ def fit_module(
         process, after the checkpoint is written), with ``epoch`` counted from
         1 and ``logs`` that epoch's history entry. A callback that returns
         ``True`` stops training.
+    chance_advice : str or None, default=None
+        The advice that ends the warning raised when no epoch's validation
+        accuracy rose above chance. ``None``: train longer, change the
+        learning rate, check the labels, which suits a network trained from
+        its inputs; an estimator whose accuracy cannot change (a temperature
+        on fixed logits) says what applies instead.
 
     Returns
     -------
@@ -248,7 +255,8 @@ def fit_module(
     UserWarning
         When no epoch's validation accuracy rose above chance: the kept
         weights predict no better than always answering the most frequent
-        validation label.
+        validation label. The warning is attributed to the caller's line
+        (the first frame outside reliacal).
 
     Examples
     --------
@@ -290,7 +298,18 @@ def fit_module(
             "set validation_fraction > 0"
         )
 
-    run = Run(module, loss_fn, train_data, config, validation_data, logits_fn, train_transform)
+    if chance_advice is not None and not isinstance(chance_advice, str):
+        raise ValueError(f"chance_advice must be a string or None, got {chance_advice!r}")
+    run = Run(
+        module,
+        loss_fn,
+        train_data,
+        config,
+        validation_data,
+        logits_fn,
+        train_transform,
+        chance_advice,
+    )
     forked = torch.random.fork_rng(
         devices=[run.device] if run.device.type == "cuda" else [],
         enabled=config.random_state is not None,

@@ -77,9 +77,20 @@ RESUMABLE_CHANGES = ("checkpoint_dir", "device", "verbose", "num_workers")
 class Run:
     """State of one call to :func:`fit_module`."""
 
-    def __init__(self, module, loss_fn, train_data, config, validation_data, logits_fn, transform):
+    def __init__(
+        self,
+        module,
+        loss_fn,
+        train_data,
+        config,
+        validation_data,
+        logits_fn,
+        transform,
+        chance_advice=None,
+    ):
         self.module, self.loss_fn, self.config = module, loss_fn, config
         self.logits_fn, self.transform = logits_fn, transform
+        self.chance_advice = chance_advice
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world_size = dist.get_world_size() if self.distributed else 1
@@ -408,7 +419,9 @@ class Run:
             self.best_epoch = self.epochs_done
         elif self.main:
             # A run resumed after it finished validates nothing: chance is then unknown.
-            warn_if_never_above_chance(self.history, self.chance, self.best_epoch)
+            warn_if_never_above_chance(
+                self.history, self.chance, self.best_epoch, self.chance_advice
+            )
         self.module.load_state_dict(self.best_state)
         self.module.to("cpu").eval()
         return TrainingResult(

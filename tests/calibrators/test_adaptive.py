@@ -381,6 +381,20 @@ def test_argmax_kept_and_rows_sum_to_one_on_extreme_logits(n_draws):
     np.testing.assert_array_equal(proba.argmax(axis=1), extreme.argmax(axis=1))
 
 
+def test_the_chance_warning_explains_fixed_logits_and_points_at_the_fit_call():
+    # Logits that ignore the labels: their argmax, which a temperature keeps, is at chance.
+    rng = np.random.default_rng(0)
+    logits, y = rng.normal(size=(300, 3)), rng.integers(0, 3, size=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AdaptiveTS(**TINY, initial_temperature=None).fit(logits, y)
+    (warning,) = [w for w in caught if "never rose above chance" in str(w.message)]
+    assert warning.filename == __file__
+    message = str(warning.message)
+    assert "AdaptiveTS" in message and "model that produced" in message
+    assert "Train longer" not in message
+
+
 def test_sampling_is_seeded_and_differs_from_the_posterior_mean():
     logits, y = _logit_problem()
     model = AdaptiveTS(**TINY).fit(logits, y)

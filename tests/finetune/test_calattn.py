@@ -112,6 +112,19 @@ def test_scale_head_matches_its_formula_and_stays_positive():
     assert (model.scale(image_data()[0]) > 0).all()
 
 
+def test_the_chance_warning_names_calattn_and_points_at_the_fit_call():
+    # Identical images: every prediction is the same class, at chance on balanced labels.
+    X, y = image_data()
+    X = np.zeros_like(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quick(max_epochs=1).fit(X, y)
+    (warning,) = [w for w in caught if "never rose above chance" in str(w.message)]
+    assert warning.filename == __file__
+    assert "CalAttnFinetuner" in str(warning.message)
+    assert "AdaptiveTS" not in str(warning.message)
+
+
 def test_default_initialisation_starts_near_softplus_of_zero():
     # Default PyTorch initialisation: the scale starts near softplus(0) = log 2.
     model = quick(max_epochs=1, learning_rate=1e-9).fit(*image_data())
