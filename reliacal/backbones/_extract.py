@@ -19,6 +19,7 @@ from reliacal._data import (
     DEFAULT_LABEL_KEY,
     _labels_to_numpy,
     as_dataset,
+    check_every_row_once,
     check_label_key,
     make_loader,
     split_batch,
@@ -183,7 +184,10 @@ def extract_outputs(
         ``(x, y)`` pairs or Hugging Face style mappings
         (``{"input_ids", "attention_mask", "labels"}``,
         ``{"pixel_values", "labels"}``). A DataLoader is iterated as it is
-        (its own batch size and order); ``batch_size`` then has no effect.
+        (its sampler, batch size and order; a ``DistributedSampler`` gives
+        this process's shard); ``batch_size`` then has no effect. A loader
+        that would drop or repeat rows (``drop_last=True`` with an incomplete
+        last batch, sampling with replacement) is refused.
     y : array-like of shape (n,), optional
         Labels of array inputs (a Dataset or DataLoader yields its own).
     batch_size : int, default=256
@@ -223,7 +227,8 @@ def extract_outputs(
     ------
     ValueError
         Empty data, ``y`` beside a Dataset or DataLoader, mismatched lengths,
-        items that are not ``(x, y)`` pairs, an unsupported model.
+        items that are not ``(x, y)`` pairs, a DataLoader that would drop or
+        repeat rows, an unsupported model.
 
     Examples
     --------
@@ -250,6 +255,7 @@ def extract_outputs(
                 "y must be None when X is a DataLoader: the loader yields (x, y) batches"
             )
         as_dataset(X, label_key=label_key)  # validates the loader's form and size
+        check_every_row_once(X)  # iterated as given: no row dropped or repeated
         loader, given_y = X, None
     else:
         dataset, given_y = as_dataset(X, y, label_key=label_key)

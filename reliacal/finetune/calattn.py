@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset, check_ordered
+from reliacal._data import as_dataset
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal.backbones import as_backbone
@@ -335,6 +335,10 @@ mixed_precision, checkpoint_dir, device, verbose
         X : array-like or torch.Tensor of shape (n, ...), Dataset or DataLoader
             Raw inputs (images or token ids) with ``y``, or a torch ``Dataset``
             / ``DataLoader`` yielding ``(x, y)`` with class-index labels.
+            A DataLoader's dataset and ``collate_fn`` are trained on in
+            shuffled batches of ``batch_size`` (a warning says when the
+            loader's own batch size differs); a sampler that selects or
+            weights rows is refused.
         y : array-like of shape (n,), optional
             Labels of array inputs; None for a Dataset or DataLoader.
 
@@ -378,7 +382,8 @@ mixed_precision, checkpoint_dir, device, verbose
         if n_classes is None:
             raise ValueError("the backbone does not tell its number of classes (num_classes)")
         if labels is None:
-            # A Dataset's labels are column indices already: only `classes` to check.
+            # A Dataset's labels are column indices already (CalAttnLoss checks each batch,
+            # sparing a pass over the data): only `classes` to check.
             self.classes_ = self._classes_for(n_classes)
             y_index = None
         else:
@@ -413,35 +418,37 @@ mixed_precision, checkpoint_dir, device, verbose
         self.parameter_overhead_ = self.n_extra_parameters_ / self.n_backbone_parameters_
         self.post_hoc_ = None
         if self.post_hoc == "temperature":
-            held_out, held_out_y = self._run(validation)
+            held_out, held_out_y = self._run(validation, labels=True)
             self.post_hoc_ = TemperatureScaling().fit(held_out.calibrated_logits, held_out_y)
 
     # Prediction --------------------------------------------------------------------------
 
-    def _run(self, data: Any) -> tuple[CalAttnOutput, np.ndarray]:
+    def _run(self, data: Any, *, labels: bool = False) -> tuple[CalAttnOutput, np.ndarray | None]:
         """Run the trained network over ``data`` once, in eval mode, without gradients.
 
         Returns the calibrated logits, scales and backbone logits (float64
-        numpy arrays) and the labels the data yields (``MISSING_LABEL`` for
-        arrays without labels).
+        numpy arrays) and, with ``labels`` (for scoring), the labels the data
+        yields, in any order the data comes in.
         """
-        if not isinstance(data, torch.utils.data.Dataset):
-            check_finite_inputs(data)
-            # Rows come back in the data's order: a shuffling loader's cannot be recovered.
-            check_ordered(data)
-            data, _ = as_dataset(data, label_key=self.label_key)
-        outputs, labels = self._run_batches(
-            self.network_, data, float64_outputs, resolve_device(self.device), keep_labels=True
+        check_finite_inputs(data)
+        outputs, y = self._run_batches(
+            self.network_,
+            data,
+            float64_outputs,
+            resolve_device(self.device),
+            labels=labels,
+            # Predictions must come in the data's order; scores pair rows with their labels.
+            ordered=not labels,
         )
-        return CalAttnOutput(*outputs), labels
+        return CalAttnOutput(*outputs), y
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is not None:
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
             check_is_fitted(self, "network_")
-            outputs, y_index = self._run(as_dataset(X, label_key=self.label_key)[0])
-            return self._probabilities(outputs.calibrated_logits), self.classes_[y_index]
+            outputs, y_index = self._run(X, labels=True)
+            return self._probabilities(outputs.calibrated_logits), self._scored_labels(y_index)
         raise ValueError("y is required to score array inputs")
 
     def _probabilities(self, logits: np.ndarray) -> np.ndarray:
@@ -456,6 +463,10 @@ mixed_precision, checkpoint_dir, device, verbose
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
             Inputs in the form ``fit`` accepts (labels, if any, are ignored).
+            A DataLoader is read as given: its sampler (a
+            ``DistributedSampler`` gives this process's shard), its batches
+            and its order; one that shuffles, drops an incomplete last batch
+            or samples with replacement is refused.
 
         Returns
         -------
@@ -490,6 +501,7 @@ mixed_precision, checkpoint_dir, device, verbose
         Parameters
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
+            As for :meth:`decision_function`.
 
         Returns
         -------
