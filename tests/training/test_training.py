@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -617,11 +619,38 @@ def test_invalid_inputs_raise(blobs, quick):
         )
 
 
+def run_worker(args, timeout):
+    """Run ``python WORKER *args`` in its own process group; fail showing its output.
+
+    On a timeout the whole group (the worker and the processes it spawned) is killed,
+    so that no orphan keeps a core busy or a port open.
+    """
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"the DDP worker ran past {timeout} s; its output:\n{output[-6000:]}")
+    if process.returncode != 0:
+        pytest.fail(
+            f"the DDP worker exited with {process.returncode}; its output:\n{output[-6000:]}"
+        )
+
+
 @pytest.mark.slow
 def test_two_process_ddp_equals_single_process(tmp_path):
     # Single process with batch 8 against two gloo processes with batch 4 each and
     # the same seeded data order: DDP averages the two half-batch gradients.
-    subprocess.run([sys.executable, str(WORKER), str(tmp_path)], check=True, timeout=300)
+    run_worker([tmp_path], timeout=900)
     single = torch.load(tmp_path / "single.pt", weights_only=True)
     distributed = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert single["history_len"] == distributed["history_len"] == 3
