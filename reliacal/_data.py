@@ -13,11 +13,14 @@ extraction see a single form.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import joblib.hashing
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import (
     DataLoader,
     Dataset,
@@ -46,6 +49,7 @@ __all__ = [
     "check_training_loader",
     "collate_fn_of",
     "dataset_labels",
+    "fingerprint",
     "make_loader",
     "prediction_batches",
     "split_batch",
@@ -834,3 +838,95 @@ def dataset_labels(
     if not parts:
         raise ValueError("the data is empty: no labels to read")
     return _labels_to_numpy(parts)
+
+
+# Fingerprints -------------------------------------------------------------------------------
+
+
+def _tensor_digest(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], str]:
+    """``(dtype, shape, digest of the bytes)`` of a tensor, wherever it lies."""
+    tensor = tensor.detach().cpu().contiguous()
+    digest = hashlib.blake2b(tensor.reshape(-1).view(torch.uint8).numpy(), digest_size=20)
+    return str(tensor.dtype), tuple(tensor.shape), digest.hexdigest()
+
+
+class _ContentHasher(joblib.hashing.NumpyHasher):
+    """joblib's hasher (arrays by content; dicts and sets in a stable order), tensors included.
+
+    Pickling a tensor writes the address of its storage, which differs between
+    processes; the digest of its content, pickled in its place, does not.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return _tensor_content, _tensor_digest(obj)
+        return NotImplemented
+
+
+def _tensor_content(dtype: str, shape: tuple[int, ...], digest: str) -> None:
+    """Stands for a tensor in a fingerprint (never called: nothing is unpickled)."""
+
+
+def _sampler_description(sampler: Any) -> Any:
+    """What a (batch) sampler reads: its kind when it draws at random, else its indices."""
+    if isinstance(sampler, SequentialSampler):
+        return ("sequential", len(sampler))
+    inner = getattr(sampler, "sampler", None)
+    drawn = isinstance(sampler, _SHUFFLING_SAMPLERS) or (
+        isinstance(sampler, DistributedSampler) and sampler.shuffle
+    )
+    if drawn or isinstance(inner, _SHUFFLING_SAMPLERS):
+        # A new order on every pass: only the kind and the size are fixed.
+        return ("drawn", type(sampler).__qualname__, _sized_length(sampler))
+    if isinstance(inner, SequentialSampler):
+        batch_size = getattr(sampler, "batch_size", None)
+        return ("batches", len(inner), batch_size, getattr(sampler, "drop_last", None))
+    return ("indices", list(sampler))
+
+
+def _fingerprinted(value: Any) -> Any:
+    """``value`` in the form that is hashed: networks by their weights, loaders by their reads."""
+    if isinstance(value, nn.Module):
+        kind = (type(value).__module__, type(value).__qualname__)
+        return ("module", kind, list(value.state_dict().items()))
+    if isinstance(value, DataLoader):
+        reads = None
+        if not isinstance(value.dataset, IterableDataset):
+            reads = _sampler_description(value.batch_sampler)
+        return ("loader", value.dataset, reads, value.batch_size, value.collate_fn)
+    return value
+
+
+def fingerprint(value: Any) -> str:
+    """A digest of data or a network's weights, equal in any process for equal content.
+
+    Arrays and tensors are hashed by their dtype, shape and bytes; a network
+    (``nn.Module``) by its class and every entry of its ``state_dict``; a
+    DataLoader by its dataset, the rows its sampler reads (a shuffling one by
+    its kind alone) and its ``collate_fn``; anything else (a Dataset, a dict)
+    by its pickled state, the tensors and arrays inside it by content. A
+    lazily loaded dataset (files on disk) is therefore fingerprinted by its
+    file list and transforms, not by the files' contents.
+
+    Used to recognise the data and the network a checkpoint was written for,
+    and the backbone outputs that ``memory=`` caches.
+
+    Raises
+    ------
+    TypeError, pickle.PicklingError, AttributeError
+        When ``value`` holds something that cannot be pickled (a lambda, a
+        class defined inside a function, an open file).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import torch
+    >>> fingerprint(torch.arange(3.0)) == fingerprint(torch.arange(3.0))
+    True
+    >>> fingerprint(torch.arange(3.0)) == fingerprint(torch.arange(3.0).flip(0))
+    False
+    >>> dataset, _ = as_dataset(np.zeros((4, 2)), [0, 1, 0, 1])
+    >>> fingerprint(dataset) == fingerprint(as_dataset(np.zeros((4, 2)), [1, 0, 0, 1])[0])
+    False
+    """
+    return _ContentHasher(hash_name="sha1").hash(_fingerprinted(value))

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from reliacal._data import (
     as_dataset,
     check_every_row_once,
     check_label_key,
+    fingerprint,
     make_loader,
     split_batch,
 )
@@ -30,46 +29,6 @@ from reliacal.backbones._base import BackboneAdapter
 __all__ = ["extract_outputs"]
 
 
-def _update_with_tensor(digest, tensor: torch.Tensor) -> None:
-    tensor = tensor.detach().cpu().contiguous()
-    digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-    digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-
-
-def _weights_digest(adapter: BackboneAdapter) -> str:
-    digest = hashlib.blake2b(digest_size=20)
-    for name, value in adapter.state_dict().items():
-        digest.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            _update_with_tensor(digest, value)
-        else:  # a module's extra state (get_extra_state) may be any picklable object
-            digest.update(joblib.hash(value).encode())
-    return digest.hexdigest()
-
-
-def _data_digest(X: Any) -> str:
-    """Hash of the input data; raises TypeError/PicklingError when X cannot be hashed."""
-    if isinstance(X, torch.Tensor | np.ndarray):
-        digest = hashlib.blake2b(digest_size=20)
-        _update_with_tensor(digest, torch.as_tensor(X))
-        return digest.hexdigest()
-    if isinstance(X, Mapping):
-        return joblib.hash({key: _data_digest(value) for key, value in X.items()})
-    if isinstance(X, DataLoader):
-        collate = X.collate_fn
-        return joblib.hash(
-            (
-                X.dataset,
-                X.batch_size,
-                X.drop_last,
-                type(X.sampler).__qualname__,
-                getattr(collate, "__module__", None),
-                getattr(collate, "__qualname__", repr(collate)),
-            )
-        )
-    return joblib.hash(X)
-
-
 def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool, label_key: str) -> str:
     return joblib.hash(
         (
@@ -77,8 +36,8 @@ def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool, label_ke
             type(adapter).__qualname__,
             repr(adapter.model),
             adapter._cache_config(),
-            _weights_digest(adapter),
-            _data_digest(X),
+            fingerprint(adapter),  # every weight and buffer, by content
+            fingerprint(X),
             bool(mixed_precision),
             # Which entry of a mapping is the label (and so not an input).
             label_key,

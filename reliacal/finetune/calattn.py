@@ -41,7 +41,13 @@ from reliacal.finetune.calattn_network import (
     resolve_token,
 )
 from reliacal.finetune.losses import BASE_LOSSES, get_base_loss
-from reliacal.training import TRAINING_CONSTRAINTS, TrainingConfig, fit_module, seeded_torch
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    TrainingConfig,
+    fingerprint,
+    fit_module,
+    seeded_torch,
+)
 
 __all__ = ["CalAttnFinetuner"]
 
@@ -406,6 +412,9 @@ mixed_precision, checkpoint_dir, device, verbose
                 logits_fn=calibrated_logits,
                 train_transform=self.train_transform,
                 chance_advice=_CHANCE_ADVICE,
+                # The seeded network around the given backbone: its weights, reproduced by
+                # a resumed fit, tell another backbone (or head) apart.
+                fingerprint=None if self.checkpoint_dir is None else fingerprint(network),
             )
         self.network_ = network
         self.token_ = network.token

@@ -42,6 +42,7 @@ from reliacal.finetune.director_network import (
 from reliacal.training import (
     TRAINING_CONSTRAINTS,
     draw_shared_seed,
+    fingerprint,
     fit_module,
     loop_split,
     resumable_seed,
@@ -460,6 +461,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
             logits_fn=_first,
             callbacks=[functools.partial(_record_components, history, loss)],
             chance_advice=_CHANCE_ADVICE,
+            # The teacher and the student seeded from it: another backbone is told apart.
+            fingerprint=None if self.checkpoint_dir is None else fingerprint(module),
         )
         self.network_ = student.cpu().eval()
         self.teacher_val_accuracy_ = self._teacher_accuracy(teacher, validation)

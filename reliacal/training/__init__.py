@@ -12,6 +12,7 @@ their hyperparameters.
 
 from __future__ import annotations
 
+from reliacal._data import fingerprint
 from reliacal.training._estimator import (
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
@@ -38,6 +39,7 @@ __all__ = [
     "TrainingDivergedError",
     "TrainingResult",
     "draw_shared_seed",
+    "fingerprint",
     "fit_module",
     "loop_split",
     "resumable_seed",

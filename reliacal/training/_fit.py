@@ -97,8 +97,11 @@ class TrainingConfig:
     checkpoint_dir : str or None, default=None
         Directory of ``checkpoint.pt``, rewritten after every epoch; when it
         exists, :func:`fit_module` resumes from it (a finished run returns at
-        once). Use a fresh directory for a new run. Each write is atomic and
-        records the file's SHA-256; a damaged file is refused, never resumed.
+        once). Use a fresh directory for a new run: a checkpoint written for
+        another network (parameter names or shapes), other training data or,
+        with ``fit_module(fingerprint=...)``, other starting weights is
+        refused. Each write is atomic and records the file's SHA-256; a
+        damaged file is refused, never resumed.
     device : str, default="auto"
         Passed to :func:`reliacal._device.resolve_device`.
     verbose : int or bool, default=0
@@ -172,6 +175,7 @@ def fit_module(
     train_transform: Callable[[Any], Any] | None = None,
     callbacks: Iterable[Callable[[int, dict[str, Any]], bool | None]] = (),
     chance_advice: str | None = None,
+    fingerprint: str | None = None,
 ) -> TrainingResult:
     """Train ``module`` in place by minimising ``loss_fn(module(x), y)``.
 
@@ -228,6 +232,16 @@ def fit_module(
         learning rate, check the labels, which suits a network trained from
         its inputs; an estimator whose accuracy cannot change (a temperature
         on fixed logits) says what applies instead.
+    fingerprint : str or None, default=None
+        Identifies the weights the run starts from, for ``checkpoint_dir``:
+        a folder whose checkpoint was written with another value is refused
+        rather than resumed. The loop itself records the module's parameter
+        names and shapes and a fingerprint of ``train_data`` and
+        ``validation_data`` (their values, labels and order), but not the
+        starting weights, which a resumed run need not reproduce; pass, for
+        instance, :func:`reliacal.training.fingerprint` of the module when
+        they are reproducible (a seeded initialisation around pre-trained
+        weights).
 
     Returns
     -------
@@ -248,7 +262,9 @@ def fit_module(
         training) or holds a damaged checkpoint; the message names the file.
         It is a ``ValueError``.
     ValueError
-        On invalid inputs or a checkpoint written by a different configuration.
+        On invalid inputs, or a checkpoint written by a different
+        configuration, for another network, other data or other starting
+        weights.
 
     Warns
     -----
@@ -256,7 +272,10 @@ def fit_module(
         When no epoch's validation accuracy rose above chance: the kept
         weights predict no better than always answering the most frequent
         validation label. The warning is attributed to the caller's line
-        (the first frame outside reliacal).
+        (the first frame outside reliacal). Also when, with
+        ``checkpoint_dir``, the training data cannot be fingerprinted (it
+        cannot be pickled): other data of the same size would then not be
+        recognised.
 
     Examples
     --------
@@ -298,8 +317,9 @@ def fit_module(
             "set validation_fraction > 0"
         )
 
-    if chance_advice is not None and not isinstance(chance_advice, str):
-        raise ValueError(f"chance_advice must be a string or None, got {chance_advice!r}")
+    for name, value in (("chance_advice", chance_advice), ("fingerprint", fingerprint)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string or None, got {value!r}")
     run = Run(
         module,
         loss_fn,
@@ -309,6 +329,7 @@ def fit_module(
         logits_fn,
         train_transform,
         chance_advice,
+        fingerprint,
     )
     forked = torch.random.fork_rng(
         devices=[run.device] if run.device.type == "cuda" else [],

@@ -13,10 +13,11 @@ A maintainer's map of the moving parts:
 - Resume. A checkpoint is written after every epoch (rank 0 only; every
   rank's RNG state is gathered into it) and holds the weights, optimiser,
   scheduler, scaler, EMA, best state and history, the run seed and the
-  configuration minus the settings that may change (``RESUMABLE_CHANGES``).
-  A new run in the same folder checks the configuration and sample count,
-  reloads all of it and continues with the next epoch; the RNG states make
-  the continuation bit-identical on the CPU.
+  configuration minus the settings that may change (``RESUMABLE_CHANGES``),
+  and what the run was written for (network shapes, data, starting weights:
+  ``_checkpoint.run_fingerprint``). A new run in the same folder checks all of
+  these, reloads the state and continues with the next epoch; the RNG states
+  make the continuation bit-identical on the CPU.
 - DDP. Each process trains on its shard of every batch, all-reduces the
   loss sums for the epoch log and the NaN verdict of every step, scores the
   whole validation set itself (so selection and early stopping agree), and
@@ -51,8 +52,10 @@ from reliacal._device import resolve_device, to_device
 from reliacal.training._checkpoint import (
     check_checkpoint_dir,
     check_entries,
+    check_fingerprint,
     checkpoint_path,
     load_checkpoint,
+    run_fingerprint,
     save_checkpoint,
 )
 from reliacal.training._evaluation import as_input, batch_length, evaluate
@@ -87,6 +90,7 @@ class Run:
         logits_fn,
         transform,
         chance_advice=None,
+        start_fingerprint=None,
     ):
         self.module, self.loss_fn, self.config = module, loss_fn, config
         self.logits_fn, self.transform = logits_fn, transform
@@ -103,6 +107,12 @@ class Run:
         # A checkpoint found here means resuming: its seed, not a new one, drives the run.
         self.checkpoint = load_checkpoint(self.path) if self.path is not None else None
         self.n_samples = len(train_data)
+        # What the checkpoint is written for; a resumed run must match it.
+        self.fingerprint = (
+            None
+            if self.path is None
+            else run_fingerprint(module, train_data, validation_data, start_fingerprint)
+        )
         if self.checkpoint is not None:
             _check_checkpoint_config(self.checkpoint, config, self.path)
             if self.checkpoint["n_samples"] != self.n_samples:
@@ -110,6 +120,7 @@ class Run:
                     f"the checkpoint {self.path} was written for {self.checkpoint['n_samples']} "
                     f"training samples, train_data has {self.n_samples}; use a new checkpoint_dir"
                 )
+            check_fingerprint(self.checkpoint["fingerprint"], self.fingerprint, self.path)
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
@@ -449,6 +460,7 @@ class Run:
             self.path,
             {
                 "config": _config_dict(self.config),
+                "fingerprint": self.fingerprint,
                 "seed": self.seed,
                 "n_samples": self.n_samples,
                 "epochs_done": self.epochs_done,
@@ -543,6 +555,7 @@ def _config_dict(config) -> dict[str, Any]:
 # What Run._save writes and Run._load reads.
 CHECKPOINT_ENTRIES = (
     "config",
+    "fingerprint",
     "seed",
     "n_samples",
     "epochs_done",

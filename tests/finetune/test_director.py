@@ -727,6 +727,19 @@ def test_an_unseeded_refit_in_the_same_checkpoint_dir_holds_out_the_same_rows(
     assert held_out[0] == held_out[1]
 
 
+def test_a_finished_folder_refuses_another_teacher(digits, trained_teacher, tmp_path):
+    X, y = digits
+    settings = dict(
+        max_epochs=1, checkpoint_dir=str(tmp_path / "run"), device="cpu", random_state=0
+    )
+    DiffusionReconfigurer(trained_teacher, **settings).fit(X[:64], y[:64])
+    # The same architecture with other weights: the old student must not come back.
+    with pytest.raises(ValueError, match="started from other weights"):
+        DiffusionReconfigurer(tiny_vit(seed=1), **settings).fit(X[:64], y[:64])
+    with pytest.raises(ValueError, match="other training data"):
+        DiffusionReconfigurer(trained_teacher, **settings).fit(X[64:128], y[64:128])
+
+
 def test_no_validation_rows_means_no_comparison(digits, trained_teacher):
     X, y = digits
     estimator = DiffusionReconfigurer(
