@@ -552,6 +552,19 @@ def test_memory_with_dataset_inputs(tmp_path):
     np.testing.assert_array_equal(y_out, np.arange(N_SAMPLES) % N_CLASSES)
 
 
+def test_memory_keys_on_the_rows_a_loaders_sampler_reads(tmp_path):
+    torch.manual_seed(0)
+    adapter = as_backbone(make_timm_vit())
+    dataset = TensorDataset(images(), torch.arange(N_SAMPLES) % N_CLASSES)
+    direct = extract_outputs(adapter, dataset, batch_size=4, device="cpu")
+    for rows in ([0, 1, 2, 3], [4, 5, 6, 7], [4, 5, 6, 7]):
+        loader = DataLoader(dataset, batch_size=4, sampler=rows)
+        _, logits, y = extract_outputs(adapter, loader, device="cpu", memory=tmp_path)
+        # The rows named, never the outputs cached for other rows.
+        np.testing.assert_allclose(logits, direct[1][rows], atol=1e-5)
+        np.testing.assert_array_equal(y, direct[2][rows])
+
+
 def test_extract_outputs_bad_input():
     model = make_timm_vit()
     x, y = images(), np.arange(N_SAMPLES) % N_CLASSES
