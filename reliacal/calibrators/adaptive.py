@@ -198,11 +198,16 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         logits: torch.Tensor,
         n_draws: int,
         generator: torch.Generator,
+        head_logits: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Average ``softmax(z / T(u_s))`` over ``n_draws`` draws ``u_s ~ q(u | h)``.
 
-        Returns the averaged probabilities (B, K) and the mean temperature (B,).
+        ``head_logits`` (``logits`` when None) are what the temperature head
+        reads with ``confidence_inputs``: the estimator passes them held
+        within the calibration data's range. Returns the averaged
+        probabilities (B, K) and the mean temperature (B,).
         """
+        head_logits = logits if head_logits is None else head_logits
         mean, scale = self.posterior(features)
         probabilities = torch.zeros_like(logits)
         temperatures = torch.zeros_like(logits[:, 0])
@@ -210,7 +215,7 @@ class _AdaptiveTemperatureNetwork(nn.Module):
             noise = torch.randn(
                 scale.shape, generator=generator, device=generator.device, dtype=scale.dtype
             ).to(scale.device)
-            temperature = self.temperature_of(mean + scale * noise, logits)
+            temperature = self.temperature_of(mean + scale * noise, head_logits)
             probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
             temperatures += temperature
         return probabilities / n_draws, temperatures / n_draws
@@ -306,11 +311,34 @@ def _as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(array, dtype=dtype)
 
 
+def _widened_bounds(values: np.ndarray) -> np.ndarray:
+    """Per column, ``[min - width, max + width]`` of ``values``, ``width = max - min``: (2, D).
+
+    What the network may read: its extrapolation a little beyond the
+    calibration data is kept, far beyond it the inputs are held at these
+    bounds, so that ``T(x)`` stays what the data supports.
+    """
+    low, high = values.min(axis=0), values.max(axis=0)
+    width = high - low
+    return np.stack([low - width, high + width]).astype(np.float64)
+
+
 def _geometric_mean(temperatures: list[torch.Tensor]) -> torch.Tensor:
     """``exp(mean log T)`` over the members; one member's own values exactly."""
     if len(temperatures) == 1:
         return temperatures[0]
     return torch.stack(temperatures).log().mean(dim=0).exp()
+
+
+def _check_finite_calibration(calibrated: np.ndarray) -> None:
+    """Refuse rows whose ``z / T(x)`` left the float64 range (finite logits near 1e308)."""
+    bad = ~np.isfinite(calibrated).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"z / T(x) would overflow float64 for {int(bad.sum())} row(s) of logits too large "
+            "for it (magnitudes near 1e308); rescale those logits (their probabilities are "
+            "0 and 1 at any smaller scale) or drop the rows"
+        )
 
 
 class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
@@ -518,6 +546,19 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         before it.
     feature_mean_, feature_scale_ : ndarray of shape (D,)
         Standardisation of the features (scale 1 for constant features).
+    feature_bounds_ : ndarray of shape (2, D)
+        What the networks read at prediction: each standardised feature is
+        held within ``[min - w, max + w]`` of the calibration data, ``w =
+        max - min``. Inside it the network's own ``T(x)`` is used; far
+        outside (logits of ``1e5`` where the data had ``10``) the
+        temperature stays at the edge's instead of following the network's
+        extrapolation, so confidence keeps growing with the logits as under
+        one temperature, and stays finite.
+    logit_bounds_ : ndarray of shape (2, K)
+        The same for the logits the temperature head reads with
+        ``confidence_inputs``; the temperature always divides the logits
+        as given. Logits so large that ``z / T(x)`` overflows float64 are a
+        ``ValueError``.
     classes_ : ndarray of shape (K,)
         Label of each logit column.
     n_features_in_ : int
@@ -639,6 +680,10 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         # Constant features carry no information; scale 1 keeps them finite (at 0).
         scale[scale <= 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0
         self.feature_mean_, self.feature_scale_ = mean, scale
+        # Bounds of what the networks read at prediction (the standardised features, and
+        # the logits behind confidence_inputs): far-out rows get a bounded temperature.
+        self.feature_bounds_ = _widened_bounds((features - mean) / scale)
+        self.logit_bounds_ = _widened_bounds(np.asarray(logits, dtype=np.float64))
         if sample_weight is None:
             weights = np.ones(n_samples)
         else:
@@ -754,6 +799,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         calibrated, _ = self._predict_batches(features, logits)
+        _check_finite_calibration(calibrated)
         return calibrated
 
     # --------------------------------------------------------------- public
@@ -792,10 +838,16 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         return temperatures
 
     # -------------------------------------------------------------- helpers
-    def _standardised(self, features: np.ndarray) -> torch.Tensor:
+    def _standardised(self, features: np.ndarray, bounded: bool = False) -> torch.Tensor:
+        """Standardised float32 features; ``bounded`` holds them in ``feature_bounds_``."""
         standardised = (np.asarray(features, dtype=np.float64) - self.feature_mean_) / (
             self.feature_scale_
         )
+        # Fits saved before the bounds existed have none: their networks read as they did.
+        bounds = getattr(self, "feature_bounds_", None) if bounded else None
+        if bounds is not None:
+            # In float64, before the cast: logits near 1e300 would be inf in float32.
+            standardised = np.clip(standardised, bounds[0], bounds[1])
         return torch.as_tensor(standardised, dtype=torch.float32)
 
     def _predict_batches(self, features, logits) -> tuple[np.ndarray, np.ndarray]:
@@ -812,24 +864,34 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             networks = [copy.deepcopy(network) for network in networks]
         networks = [network.to(device).eval() for network in networks]
         generator = torch.Generator(device=device).manual_seed(self.sampling_seed_)
-        h_all = self._standardised(features)
+        # The networks read inputs held within the calibration data's widened range; the
+        # temperature divides the logits as given.
+        h_all = self._standardised(features, bounded=True)
         z_all = _as_tensor(logits, torch.float64)
+        head_z_all = z_all
+        logit_bounds = getattr(self, "logit_bounds_", None)
+        if logit_bounds is not None:
+            head_z_all = z_all.clamp(
+                torch.as_tensor(logit_bounds[0]), torch.as_tensor(logit_bounds[1])
+            )
         calibrated, temperatures = [], []
         with torch.no_grad():
             for start in range(0, len(z_all), _INFERENCE_ROWS):
-                h = h_all[start : start + _INFERENCE_ROWS].to(device)
-                z = z_all[start : start + _INFERENCE_ROWS].to(device)
+                rows = slice(start, start + _INFERENCE_ROWS)
+                h, z, head_z = (values[rows].to(device) for values in (h_all, z_all, head_z_all))
                 if self.n_draws == 1:
                     temperature = _geometric_mean(
                         [
-                            network.temperature_of(network.posterior(h)[0], z).double()
+                            network.temperature_of(network.posterior(h)[0], head_z).double()
                             for network in networks
                         ]
                     )
                     calibrated.append((z / temperature[:, None]).cpu())
                 else:
                     sampled = [
-                        network.sampled_probabilities(h, z, int(self.n_draws), generator)
+                        network.sampled_probabilities(
+                            h, z, int(self.n_draws), generator, head_logits=head_z
+                        )
                         for network in networks
                     ]
                     probabilities = torch.stack([p for p, _ in sampled]).mean(dim=0)
