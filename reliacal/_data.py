@@ -14,7 +14,7 @@ extraction see a single form.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import joblib.hashing
@@ -663,7 +663,7 @@ def prediction_batches(
     label_key: str = DEFAULT_LABEL_KEY,
     ordered: bool = True,
     require_labels: bool = False,
-) -> Iterator[tuple[Any, Any]]:
+) -> Iterable[tuple[Any, Any]]:
     """``(inputs, labels)`` batches to predict on or score, checked before the first batch.
 
     A DataLoader is iterated as given: its sampler (a ``DistributedSampler``
@@ -689,8 +689,9 @@ def prediction_batches(
 
     Returns
     -------
-    iterator of (inputs, labels)
-        ``labels`` are :data:`MISSING_LABEL` where the data has none.
+    iterable of (inputs, labels)
+        ``labels`` are :data:`MISSING_LABEL` where the data has none; its
+        length is the loader's (when the loader has one).
 
     Raises
     ------
@@ -720,12 +721,21 @@ def prediction_batches(
     else:
         dataset, _ = as_dataset(X, require_y=require_labels, label_key=label_key)
         loader = make_loader(dataset, batch_size)
-    return _split_batches(loader, label_key, require_labels)
+    return _SplitBatches(loader, label_key, require_labels)
 
 
-def _split_batches(loader: Any, label_key: str, require_labels: bool) -> Iterator[tuple[Any, Any]]:
-    for batch in loader:
-        yield split_batch(batch, label_key, require_labels=require_labels)
+class _SplitBatches:
+    """A loader's batches as ``(inputs, labels)`` pairs, with the loader's length (for tqdm)."""
+
+    def __init__(self, loader: Any, label_key: str, require_labels: bool) -> None:
+        self.loader, self.label_key, self.require_labels = loader, label_key, require_labels
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for batch in self.loader:
+            yield split_batch(batch, self.label_key, require_labels=self.require_labels)
 
 
 def _labels_to_numpy(parts: list[Any]) -> np.ndarray:

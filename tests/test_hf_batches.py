@@ -527,3 +527,17 @@ def test_a_one_sample_director_fit_says_why_it_cannot_split():
     one = torch.utils.data.Subset(DictItems(), [0])
     with pytest.raises(ValueError, match="leaves no training data out of 1 samples"):
         DiffusionReconfigurer(tiny_bert(), reconfigure=1, **SETTINGS).fit(one)
+
+
+@pytest.mark.parametrize("name", ["calattn", "director"])
+def test_prediction_shows_its_batches_when_verbose(fitted, name, capsys):
+    model = fitted[name]
+    model.predict_proba(dict_loader())
+    assert capsys.readouterr().err == ""
+    model.set_params(verbose=1)
+    try:
+        model.predict_proba(DataLoader(DictItems(), batch_size=5))
+    finally:
+        model.set_params(verbose=0)
+    shown = capsys.readouterr().err
+    assert "predict" in shown and "0/5" in shown  # a bar over the loader's 5 batches

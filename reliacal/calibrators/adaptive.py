@@ -524,7 +524,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         read back with pickle, which can run code: give only a folder that you
         trust and that no one else can write to.
     verbose : int or bool, default=0
-        1: progress bar over epochs (and the backbone pass); 2: also batches.
+        1: progress bars over the epochs and the batches of each (and the
+        backbone pass); 2: also each epoch's scores as a line.
     {label_key}
 
     Attributes

@@ -19,6 +19,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
+from tqdm.auto import tqdm
 
 from reliacal._data import (
     DEFAULT_LABEL_KEY,
@@ -199,7 +200,8 @@ class FinetuneEstimator(
         a GPU). Returns each of ``forward``'s outputs concatenated over the
         batches (numpy), and, with ``labels``, the labels the data yields
         (which it must then hold); ``ordered=False`` accepts a shuffling
-        loader (scoring pairs each row with its own label).
+        loader (scoring pairs each row with its own label). With ``verbose``
+        a progress bar shows the batches.
         """
         batches = prediction_batches(
             data,
@@ -210,15 +212,17 @@ class FinetuneEstimator(
         )
         parts: list[tuple[torch.Tensor, ...]] = []
         label_parts: list[np.ndarray] = []
+        progress = tqdm(batches, desc="predict", leave=False, disable=not self.verbose)
         try:
             module.to(device).eval()
             with torch.no_grad():
-                for x, y in batches:
+                for x, y in progress:
                     x = as_input(to_device(x, device))
                     parts.append(tuple(value.cpu() for value in forward(module, x)))
                     if labels:
                         label_parts.append(_labels_array(y))
         finally:
+            progress.close()
             module.to("cpu")
         if not parts:
             raise ValueError(

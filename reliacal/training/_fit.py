@@ -105,7 +105,10 @@ class TrainingConfig:
     device : str, default="auto"
         Passed to :func:`reliacal._device.resolve_device`.
     verbose : int or bool, default=0
-        0 (False) silent, 1 (True) a progress bar over epochs, 2 also one over batches.
+        0 (False) silent; 1 (True) progress bars over the epochs and over the
+        batches of the current epoch (training, then validation), as
+        PyTorch Lightning shows them; 2 also writes each epoch's scores as a
+        line above the bars. Bars go to stderr, on rank 0 only.
     random_state : int or None, default=None
         Seeds the validation split, the shuffling and (inside the fit only) the
         Python, NumPy and torch generators, so that a CPU fit is reproducible.

@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -264,12 +265,13 @@ class Run:
         elif patience is not None and self.epochs_without_improvement >= patience:
             self.finished = self.stopped_early = True
         if self.main:
-            logger.info(
-                "epoch %d/%d %s",
-                self.epochs_done,
-                self.config.max_epochs,
-                " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k != "epoch"),
-            )
+            scores = " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k != "epoch")
+            logger.info("epoch %d/%d %s", self.epochs_done, self.config.max_epochs, scores)
+            if self.config.verbose >= 2:
+                # Above the bars, which tqdm redraws below it.
+                tqdm.write(
+                    f"epoch {self.epochs_done}/{self.config.max_epochs} {scores}", file=sys.stderr
+                )
         return logs
 
     def _train_epoch(self, epoch_index: int) -> float:
@@ -281,7 +283,7 @@ class Run:
             self.train_loader,
             desc=f"epoch {epoch_index + 1}",
             leave=False,
-            disable=not (self.config.verbose >= 2 and self.main),
+            disable=not (self.config.verbose >= 1 and self.main),
         )
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -398,6 +400,7 @@ class Run:
             device=self.device,
             autocast=self.precision.autocast,
             params=None if self.ema is None else self.ema.params,
+            progress=self.config.verbose >= 1 and self.main,
         )
         if self.config.selection_metric not in scores:
             raise ValueError(

@@ -532,6 +532,25 @@ def test_verbose_progress_and_logging(caplog, capsys, blobs, quick):
     assert "epochs" in capsys.readouterr().err
 
 
+def test_verbose_1_shows_the_batches_of_each_epoch_and_2_writes_each_epochs_scores(
+    capsys, blobs, quick
+):
+    # 64 rows, a quarter held out: 48 training rows in batches of 16, 3 steps an epoch.
+    config = quick(max_epochs=2, batch_size=16)
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    assert capsys.readouterr().err == ""  # verbose=0: silent
+    config.verbose = 1
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    shown = capsys.readouterr().err
+    assert "epochs" in shown and "0/2" in shown  # the bar over the epochs
+    assert "epoch 1" in shown and "0/3" in shown  # and over the steps of one
+    assert "validation" in shown
+    config.verbose = 2
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    shown = capsys.readouterr().err
+    assert "epoch 1/2 train_loss=" in shown and "val_ece=" in shown
+
+
 def test_callback_can_stop_training(blobs, quick):
     result = fit_module(
         nn.Linear(2, 2),
