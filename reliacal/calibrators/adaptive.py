@@ -28,6 +28,7 @@ from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators.temperature import TemperatureScaling
 from reliacal.training import (
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     PositiveIntegers,
@@ -526,6 +527,14 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     verbose : int or bool, default=0
         1: progress bars over the epochs and the batches of each (and the
         backbone pass); 2: also each epoch's scores as a line.
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -618,6 +627,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
         "loss": [StrOptions({"elbo"}), callable],
         "random_state": TRAINING_CONSTRAINTS["random_state"],
+        "n_threads": THREADS_CONSTRAINT,
     }
 
     def __init__(
@@ -639,6 +649,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         loss="elbo",
         random_state=None,
         batch_size: int = 128,
+        n_threads: int | None = None,
         **base_params,
     ):
         store_init_arguments(self, locals())
@@ -757,15 +768,16 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             random_state=seed,
         )
         try:
-            result = fit_module(
-                network,
-                _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
-                train_data,
-                config=config,
-                validation_data=validation_data,
-                logits_fn=_output_logits,
-                chance_advice=_CHANCE_ADVICE,
-            )
+            with self._threads(network, int(self.batch_size)):
+                result = fit_module(
+                    network,
+                    _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
+                    train_data,
+                    config=config,
+                    validation_data=validation_data,
+                    logits_fn=_output_logits,
+                    chance_advice=_CHANCE_ADVICE,
+                )
         except TrainingDivergedError as error:
             index = len(self.members_)
             diverged = TrainingDivergedError(
@@ -876,7 +888,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                 torch.as_tensor(logit_bounds[0]), torch.as_tensor(logit_bounds[1])
             )
         calibrated, temperatures = [], []
-        with torch.no_grad():
+        threads = self._threads(networks[0], min(len(z_all), _INFERENCE_ROWS))
+        with threads, torch.no_grad():
             for start in range(0, len(z_all), _INFERENCE_ROWS):
                 rows = slice(start, start + _INFERENCE_ROWS)
                 h, z, head_z = (values[rows].to(device) for values in (h_all, z_all, head_z_all))

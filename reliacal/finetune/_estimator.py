@@ -37,6 +37,7 @@ from reliacal._init_arguments import spell_out_init_signature, store_init_argume
 from reliacal.calibrators import ClassLabelMixin
 from reliacal.persistence import SaveMixin
 from reliacal.training import (
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     TrainingConfig,
@@ -90,6 +91,7 @@ class FinetuneEstimator(
         verbose: int | bool = 0,
         classes: Any = None,
         label_key: str = DEFAULT_LABEL_KEY,
+        n_threads: int | None = None,
     ) -> None:
         store_init_arguments(self, locals())
 
@@ -105,6 +107,7 @@ class FinetuneEstimator(
         "random_state": TRAINING_CONSTRAINTS["random_state"],
         "classes": ["array-like", None],
         "label_key": [str],
+        "n_threads": THREADS_CONSTRAINT,
     }
 
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
@@ -215,7 +218,7 @@ class FinetuneEstimator(
         progress = tqdm(batches, desc="predict", leave=False, disable=not self.verbose)
         try:
             module.to(device).eval()
-            with torch.no_grad():
+            with self._threads(module, int(self.batch_size)), torch.no_grad():
                 for x, y in progress:
                     x = as_input(to_device(x, device))
                     parts.append(tuple(value.cpu() for value in forward(module, x)))

@@ -194,6 +194,14 @@ mixed_precision, checkpoint_dir, device, verbose
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -402,7 +410,8 @@ mixed_precision, checkpoint_dir, device, verbose
             train = Subset(dataset, train_index.tolist())
             validation = Subset(dataset, validation_index.tolist())
 
-        with self._explaining_input_errors(network.backbone, dataset):
+        threads = self._threads(network, int(self.batch_size))
+        with self._explaining_input_errors(network.backbone, dataset), threads:
             result = fit_module(
                 network,
                 CalAttnLoss(base, float(self.lambda_brier), n_classes),

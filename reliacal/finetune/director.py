@@ -253,6 +253,14 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -452,18 +460,19 @@ class DiffusionReconfigurer(FinetuneEstimator):
             random_state=seed,
         )
         train_part, validation = self._validation_split(dataset, seed)
-        result = fit_module(
-            module,
-            loss,
-            train_part,
-            config=config,
-            validation_data=validation,
-            logits_fn=_first,
-            callbacks=[functools.partial(_record_components, history, loss)],
-            chance_advice=_CHANCE_ADVICE,
-            # The teacher and the student seeded from it: another backbone is told apart.
-            fingerprint=None if self.checkpoint_dir is None else fingerprint(module),
-        )
+        with self._threads(module, int(self.batch_size)):
+            result = fit_module(
+                module,
+                loss,
+                train_part,
+                config=config,
+                validation_data=validation,
+                logits_fn=_first,
+                callbacks=[functools.partial(_record_components, history, loss)],
+                chance_advice=_CHANCE_ADVICE,
+                # The teacher and the student seeded from it: another backbone is told apart.
+                fingerprint=None if self.checkpoint_dir is None else fingerprint(module),
+            )
         self.network_ = student.cpu().eval()
         self.teacher_val_accuracy_ = self._teacher_accuracy(teacher, validation)
         best = next((e for e in result.history if e["epoch"] == result.best_epoch), {})

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from reliacal._data import fingerprint
 from reliacal.training._estimator import (
+    SMALL_WORK,
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     PositiveIntegers,
     resumable_seed,
     seeded_torch,
+    thread_count,
+    torch_threads,
     training_config,
 )
 from reliacal.training._fit import (
@@ -34,6 +38,8 @@ __all__ = [
     "CheckpointError",
     "NetworkEstimatorMixin",
     "PositiveIntegers",
+    "SMALL_WORK",
+    "THREADS_CONSTRAINT",
     "TRAINING_CONSTRAINTS",
     "TrainingConfig",
     "TrainingDivergedError",
@@ -44,5 +50,7 @@ __all__ = [
     "loop_split",
     "resumable_seed",
     "seeded_torch",
+    "thread_count",
+    "torch_threads",
     "training_config",
 ]

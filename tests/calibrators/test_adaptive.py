@@ -448,6 +448,55 @@ def test_logits_beyond_the_float64_range_of_z_over_t_are_a_clear_error():
         model.predict_proba(np.array([[top, 0.0, 0.0], [1.0, 0.0, 0.0]]))
 
 
+class ThreadSpy:
+    """Records torch's thread count each time a wrapped callable runs."""
+
+    def __init__(self, function):
+        self.function, self.seen = function, set()
+
+    def __call__(self, *args, **kwargs):
+        self.seen.add(torch.get_num_threads())
+        return self.function(*args, **kwargs)
+
+
+@pytest.fixture
+def three_caller_threads():
+    """The caller's setting is 3 threads for the test; restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield 3
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize(("n_threads", "expected"), [(None, 1), (2, 2)])
+def test_a_small_network_works_on_one_thread_unless_told_and_restores_the_callers(
+    three_caller_threads, n_threads, expected
+):
+    logits, y = _logit_problem()
+    seen_in_training = set()
+    model = AdaptiveTS(**TINY, n_threads=n_threads, loss=_spied_elbo(seen_in_training))
+    model.fit(logits, y)
+    assert seen_in_training == {expected}
+    assert torch.get_num_threads() == three_caller_threads
+    network = model.members_[0].network
+    network.posterior = ThreadSpy(network.posterior)
+    model.predict_proba(logits)
+    assert network.posterior.seen == {expected}
+    assert torch.get_num_threads() == three_caller_threads
+
+
+def _spied_elbo(seen):
+    """The default loss in AdaptiveTS(loss=...)'s callable form, adding the thread count
+    of every call to the set ``seen``."""
+
+    def loss(logits, y, sample_weight, variational):
+        seen.add(torch.get_num_threads())
+        terms = variational + F.cross_entropy(logits, y, reduction="none")
+        return (sample_weight * terms).mean()
+
+    return loss
+
+
 def test_sampling_is_seeded_and_differs_from_the_posterior_mean():
     logits, y = _logit_problem()
     model = AdaptiveTS(**TINY).fit(logits, y)

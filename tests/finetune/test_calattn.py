@@ -125,6 +125,30 @@ def test_the_chance_warning_names_calattn_and_points_at_the_fit_call():
     assert "AdaptiveTS" not in str(warning.message)
 
 
+class _ThreadsSeen:
+    """train_transform that records torch's thread count at every training step."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def __call__(self, x):
+        self.seen.add(torch.get_num_threads())
+        return x
+
+
+@pytest.mark.parametrize(("n_threads", "expected"), [(None, 1), (2, 2)])
+def test_a_tiny_network_trains_on_one_thread_unless_told(n_threads, expected):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        seen = _ThreadsSeen()
+        quick(max_epochs=1, n_threads=n_threads, train_transform=seen).fit(*image_data())
+        assert seen.seen == {expected}
+        assert torch.get_num_threads() == 3  # the caller's setting, restored
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_default_initialisation_starts_near_softplus_of_zero():
     # Default PyTorch initialisation: the scale starts near softplus(0) = log 2.
     model = quick(max_epochs=1, learning_rate=1e-9).fit(*image_data())

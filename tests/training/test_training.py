@@ -711,3 +711,24 @@ def test_cuda_nan_guard_and_resume(tmp_path, blobs, quick):
     resumed = DropoutNet()
     result = fit_module(resumed, F.cross_entropy, blobs(), config=config)
     assert len(result.history) == 3
+
+
+def test_thread_count_is_one_for_small_work_and_the_callers_otherwise():
+    from reliacal.training import thread_count
+
+    assert thread_count(None, nn.Linear(8, 8), rows=128) == 1
+    assert thread_count(None, nn.Linear(4096, 4096), rows=64) is None  # torch's own setting
+    assert thread_count(3, nn.Linear(8, 8), rows=128) == 3  # what the caller asks for
+
+
+def test_torch_threads_restores_the_setting_even_on_failure():
+    from reliacal.training import torch_threads
+
+    previous = torch.get_num_threads()
+    with pytest.raises(KeyboardInterrupt):
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+            raise KeyboardInterrupt
+    assert torch.get_num_threads() == previous
+    with torch_threads(None):
+        assert torch.get_num_threads() == previous
