@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from reliacal._data import (
     split_batch,
 )
 from reliacal._device import resolve_device, to_device
+from reliacal._validation import warn_at_caller
 from reliacal.backbones._base import BackboneAdapter
 
 __all__ = ["extract_outputs"]
@@ -238,10 +238,9 @@ def extract_outputs(
         try:
             key = _cache_key(adapter, X, mixed_precision, label_key)
         except Exception as error:  # joblib raises many kinds of pickling errors
-            warnings.warn(
+            warn_at_caller(
                 f"memory= is ignored: the data could not be hashed for the cache key ({error!r})",
                 RuntimeWarning,
-                stacklevel=2,
             )
     if key is None:
         pooled, logits, labels = _run_backbone(**run_kwargs)

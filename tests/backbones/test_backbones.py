@@ -565,6 +565,23 @@ def test_memory_keys_on_the_rows_a_loaders_sampler_reads(tmp_path):
         np.testing.assert_array_equal(y, direct[2][rows])
 
 
+def test_memory_warns_at_the_callers_line_when_the_data_cannot_be_hashed(tmp_path):
+    from reliacal.calibrators import TemperatureScaling
+
+    class Local(torch.utils.data.Dataset):  # defined in a function: pickle cannot name it
+        def __len__(self):
+            return N_SAMPLES
+
+        def __getitem__(self, index):
+            return images()[index], index % N_CLASSES
+
+    torch.manual_seed(0)
+    calibrator = TemperatureScaling(backbone=make_timm_vit(), device="cpu", memory=tmp_path)
+    with pytest.warns(RuntimeWarning, match="memory= is ignored") as caught:
+        calibrator.fit(Local())
+    assert caught[0].filename == __file__
+
+
 def test_extract_outputs_bad_input():
     model = make_timm_vit()
     x, y = images(), np.arange(N_SAMPLES) % N_CLASSES
