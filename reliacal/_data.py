@@ -324,10 +324,13 @@ def check_training_loader(X: Any, batch_size: int) -> None:
             isinstance(reader, RandomSampler) and reader.replacement
         ):
             n_rows = len(X.dataset)
-            if custom_batches:
-                rows = np.fromiter((i for batch in reader for i in batch), dtype=np.int64)
-            else:
-                rows = np.fromiter(iter(reader), dtype=np.int64)
+            # A sampler may draw from torch's generator: reading it here must not shift
+            # the caller's random stream.
+            with torch.random.fork_rng(devices=[]):
+                if custom_batches:
+                    rows = np.fromiter((i for batch in reader for i in batch), dtype=np.int64)
+                else:
+                    rows = np.fromiter(iter(reader), dtype=np.int64)
             counts = np.bincount(rows, minlength=n_rows) if rows.size else np.zeros(n_rows)
             if len(counts) != n_rows or not np.all(counts == 1):
                 distinct = int(np.count_nonzero(counts[:n_rows]))
@@ -891,7 +894,8 @@ def _sampler_description(sampler: Any) -> Any:
     if isinstance(inner, SequentialSampler):
         batch_size = getattr(sampler, "batch_size", None)
         return ("batches", len(inner), batch_size, getattr(sampler, "drop_last", None))
-    return ("indices", list(sampler))
+    with torch.random.fork_rng(devices=[]):  # reading it leaves the caller's stream alone
+        return ("indices", list(sampler))
 
 
 def _fingerprinted(value: Any) -> Any:

@@ -215,11 +215,17 @@ class FinetuneEstimator(
         )
         parts: list[tuple[torch.Tensor, ...]] = []
         label_parts: list[np.ndarray] = []
-        progress = tqdm(batches, desc="predict", leave=False, disable=not self.verbose)
+        # Updated by hand: wrapping the batches would make tqdm open an extra iterator.
+        try:
+            total = len(batches)
+        except TypeError:  # a loader over an IterableDataset without a length
+            total = None
+        progress = tqdm(total=total, desc="predict", leave=False, disable=not self.verbose)
         try:
             module.to(device).eval()
             with self._threads(module, int(self.batch_size)), torch.no_grad():
-                for x, y in progress:
+                for x, y in batches:
+                    progress.update()
                     x = as_input(to_device(x, device))
                     parts.append(tuple(value.cpu() for value in forward(module, x)))
                     if labels:

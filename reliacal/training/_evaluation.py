@@ -71,9 +71,12 @@ def evaluate(
     loss_sum, count = 0.0, 0
     all_logits, all_y = [], []
     why_not: str | None = None
-    batches = tqdm(loader, desc="validation", leave=False, disable=not progress)
+    # Updated by hand: tqdm.auto's class opens an iterator of what it wraps, and a
+    # DataLoader's iterator draws its seed from torch's generator (dropout's stream).
+    bar = tqdm(total=len(loader), desc="validation", leave=False, disable=not progress)
     try:
-        for batch in batches:
+        for batch in loader:
+            bar.update()
             x, y = split_batch(batch, require_labels=True)
             x, y = as_input(to_device(x, device)), to_device(y, device)
             with autocast():
@@ -93,7 +96,7 @@ def evaluate(
                 all_logits.append(logits.detach().float().cpu())
                 all_y.append(y.detach().cpu())
     finally:
-        batches.close()
+        bar.close()
         module.train(was_training)
     if count == 0:
         raise ValueError("the validation data is empty")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -549,6 +550,33 @@ def test_verbose_1_shows_the_batches_of_each_epoch_and_2_writes_each_epochs_scor
     fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
     shown = capsys.readouterr().err
     assert "epoch 1/2 train_loss=" in shown and "val_ece=" in shown
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_the_validation_bar_draws_nothing_from_torchs_generator(blobs, progress):
+    # A pass over a DataLoader draws its workers' seed from torch's generator, the stream
+    # of dropout; a progress bar that opened a second iterator (tqdm.auto does, around an
+    # iterable) would draw again and change every later mask, so the trained weights.
+    from torch.utils.data import DataLoader
+
+    from reliacal.training._evaluation import evaluate
+
+    loader, model = DataLoader(blobs(), batch_size=16), nn.Linear(2, 2)
+    torch.manual_seed(0)
+    for _ in loader:
+        pass
+    expected = torch.get_rng_state()
+    torch.manual_seed(0)
+    evaluate(
+        model,
+        loader,
+        F.cross_entropy,
+        logits_fn=None,
+        device=torch.device("cpu"),
+        autocast=contextlib.nullcontext,
+        progress=progress,
+    )
+    assert torch.equal(torch.get_rng_state(), expected)
 
 
 def test_callback_can_stop_training(blobs, quick):
