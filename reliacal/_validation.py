@@ -9,7 +9,9 @@ names the offending row runs only once something is known to be wrong.
 from __future__ import annotations
 
 import numbers
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +30,7 @@ __all__ = [
     "check_option",
     "check_scores_and_target",
     "to_numpy",
+    "warn_at_caller",
 ]
 
 # Rows of a probability matrix must sum to 1 within this tolerance. float32 softmax
@@ -42,6 +45,44 @@ _SOFTMAX_HINT = "convert logits to probabilities with reliacal.metrics.softmax(l
 # a MemoryError or the kernel's OOM killer.
 MAX_N_BINS = 10**6
 MAX_CLASSWISE_CELLS = 10**7
+
+# Frames that warn_at_caller looks past: this package, and the wrappers between a
+# user's call and our code (scikit-learn's _fit_context in sklearn/base.py; contextlib's
+# generator context managers).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_WRAPPER_FILES = (os.path.join("sklearn", "base.py"), "contextlib.py")
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_DIR) or filename.endswith(_WRAPPER_FILES)
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first frame outside reliacal: the user's call.
+
+    A fixed ``stacklevel`` points at the right line from one call path only;
+    the training loop warns from different depths (``fit_module`` called
+    directly, or through an estimator's ``fit`` and scikit-learn's
+    ``_fit_context`` wrapper). Walking the stack finds the caller's line
+    whatever the path, so a filter on the module and the printed location
+    name the user's code, not ``reliacal/training/_loop.py``.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_at_caller("careful")
+    >>> caught[0].filename.endswith("_validation.py")
+    False
+    """
+    frame = sys._getframe(1)
+    # stacklevel 1 is this function; 2 its caller, the frame in hand.
+    level = 2
+    while frame.f_back is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def is_torch_module(value: object) -> bool:

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset, check_ordered
+from reliacal._data import as_dataset
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal.backbones import as_backbone
@@ -41,9 +41,22 @@ from reliacal.finetune.calattn_network import (
     resolve_token,
 )
 from reliacal.finetune.losses import BASE_LOSSES, get_base_loss
-from reliacal.training import TRAINING_CONSTRAINTS, TrainingConfig, fit_module, seeded_torch
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    TrainingConfig,
+    fingerprint,
+    fit_module,
+    seeded_torch,
+)
 
 __all__ = ["CalAttnFinetuner"]
+
+# The end of the training loop's warning when no epoch rose above chance.
+_CHANCE_ADVICE = (
+    "CalAttnFinetuner: train longer (max_epochs), change learning_rate, head_learning_rate "
+    "or warmup_epochs, and check that the labels match the inputs and the backbone's "
+    "classifier."
+)
 
 
 class CalAttnFinetuner(FinetuneEstimator):
@@ -162,6 +175,14 @@ class CalAttnFinetuner(FinetuneEstimator):
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -320,6 +341,10 @@ class CalAttnFinetuner(FinetuneEstimator):
         X : array-like or torch.Tensor of shape (n, ...), Dataset or DataLoader
             Raw inputs (images or token ids) with ``y``, or a torch ``Dataset``
             / ``DataLoader`` yielding ``(x, y)`` with class-index labels.
+            A DataLoader's dataset and ``collate_fn`` are trained on in
+            shuffled batches of ``batch_size`` (a warning says when the
+            loader's own batch size differs); a sampler that selects or
+            weights rows is refused.
         y : array-like of shape (n,), optional
             Labels of array inputs; None for a Dataset or DataLoader.
 
@@ -363,7 +388,8 @@ class CalAttnFinetuner(FinetuneEstimator):
         if n_classes is None:
             raise ValueError("the backbone does not tell its number of classes (num_classes)")
         if labels is None:
-            # A Dataset's labels are column indices already: only `classes` to check.
+            # A Dataset's labels are column indices already (CalAttnLoss checks each batch,
+            # sparing a pass over the data): only `classes` to check.
             self.classes_ = self._classes_for(n_classes)
             y_index = None
         else:
@@ -376,7 +402,8 @@ class CalAttnFinetuner(FinetuneEstimator):
             train = Subset(dataset, train_index.tolist())
             validation = Subset(dataset, validation_index.tolist())
 
-        with self._explaining_input_errors(network.backbone, dataset):
+        threads = self._threads(network, int(self.batch_size))
+        with self._explaining_input_errors(network.backbone, dataset), threads:
             result = fit_module(
                 network,
                 CalAttnLoss(base, float(self.lambda_brier), n_classes),
@@ -385,6 +412,10 @@ class CalAttnFinetuner(FinetuneEstimator):
                 validation_data=validation,
                 logits_fn=calibrated_logits,
                 train_transform=self.train_transform,
+                chance_advice=_CHANCE_ADVICE,
+                # The seeded network around the given backbone: its weights, reproduced by
+                # a resumed fit, tell another backbone (or head) apart.
+                fingerprint=None if self.checkpoint_dir is None else fingerprint(network),
             )
         self.network_ = network
         self.token_ = network.token
@@ -397,35 +428,37 @@ class CalAttnFinetuner(FinetuneEstimator):
         self.parameter_overhead_ = self.n_extra_parameters_ / self.n_backbone_parameters_
         self.post_hoc_ = None
         if self.post_hoc == "temperature":
-            held_out, held_out_y = self._run(validation)
+            held_out, held_out_y = self._run(validation, labels=True)
             self.post_hoc_ = TemperatureScaling().fit(held_out.calibrated_logits, held_out_y)
 
     # Prediction --------------------------------------------------------------------------
 
-    def _run(self, data: Any) -> tuple[CalAttnOutput, np.ndarray]:
+    def _run(self, data: Any, *, labels: bool = False) -> tuple[CalAttnOutput, np.ndarray | None]:
         """Run the trained network over ``data`` once, in eval mode, without gradients.
 
         Returns the calibrated logits, scales and backbone logits (float64
-        numpy arrays) and the labels the data yields (``MISSING_LABEL`` for
-        arrays without labels).
+        numpy arrays) and, with ``labels`` (for scoring), the labels the data
+        yields, in any order the data comes in.
         """
-        if not isinstance(data, torch.utils.data.Dataset):
-            check_finite_inputs(data)
-            # Rows come back in the data's order: a shuffling loader's cannot be recovered.
-            check_ordered(data)
-            data, _ = as_dataset(data, label_key=self.label_key)
-        outputs, labels = self._run_batches(
-            self.network_, data, float64_outputs, resolve_device(self.device), keep_labels=True
+        check_finite_inputs(data)
+        outputs, y = self._run_batches(
+            self.network_,
+            data,
+            float64_outputs,
+            resolve_device(self.device),
+            labels=labels,
+            # Predictions must come in the data's order; scores pair rows with their labels.
+            ordered=not labels,
         )
-        return CalAttnOutput(*outputs), labels
+        return CalAttnOutput(*outputs), y
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is not None:
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
             check_is_fitted(self, "network_")
-            outputs, y_index = self._run(as_dataset(X, label_key=self.label_key)[0])
-            return self._probabilities(outputs.calibrated_logits), self.classes_[y_index]
+            outputs, y_index = self._run(X, labels=True)
+            return self._probabilities(outputs.calibrated_logits), self._scored_labels(y_index)
         raise ValueError("y is required to score array inputs")
 
     def _probabilities(self, logits: np.ndarray) -> np.ndarray:
@@ -440,6 +473,10 @@ class CalAttnFinetuner(FinetuneEstimator):
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
             Inputs in the form ``fit`` accepts (labels, if any, are ignored).
+            A DataLoader is read as given: its sampler (a
+            ``DistributedSampler`` gives this process's shard), its batches
+            and its order; one that shuffles, drops an incomplete last batch
+            or samples with replacement is refused.
 
         Returns
         -------
@@ -474,6 +511,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         Parameters
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
+            As for :meth:`decision_function`.
 
         Returns
         -------

@@ -112,6 +112,43 @@ def test_scale_head_matches_its_formula_and_stays_positive():
     assert (model.scale(image_data()[0]) > 0).all()
 
 
+def test_the_chance_warning_names_calattn_and_points_at_the_fit_call():
+    # Identical images: every prediction is the same class, at chance on balanced labels.
+    X, y = image_data()
+    X = np.zeros_like(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quick(max_epochs=1).fit(X, y)
+    (warning,) = [w for w in caught if "never rose above chance" in str(w.message)]
+    assert warning.filename == __file__
+    assert "CalAttnFinetuner" in str(warning.message)
+    assert "AdaptiveTS" not in str(warning.message)
+
+
+class _ThreadsSeen:
+    """train_transform that records torch's thread count at every training step."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def __call__(self, x):
+        self.seen.add(torch.get_num_threads())
+        return x
+
+
+@pytest.mark.parametrize(("n_threads", "expected"), [(None, 1), (2, 2)])
+def test_a_tiny_network_trains_on_one_thread_unless_told(n_threads, expected):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        seen = _ThreadsSeen()
+        quick(max_epochs=1, n_threads=n_threads, train_transform=seen).fit(*image_data())
+        assert seen.seen == {expected}
+        assert torch.get_num_threads() == 3  # the caller's setting, restored
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_default_initialisation_starts_near_softplus_of_zero():
     # Default PyTorch initialisation: the scale starts near softplus(0) = log 2.
     model = quick(max_epochs=1, learning_rate=1e-9).fit(*image_data())
@@ -527,7 +564,7 @@ def test_duplicate_classes_are_refused_for_a_dataset_too():
 def test_out_of_range_dataset_labels_raise():
     X, _ = image_data()
     bad = TensorDataset(torch.from_numpy(X), torch.full((len(X),), N_CLASSES))
-    with pytest.raises(ValueError, match="class indices in"):
+    with pytest.raises(ValueError, match=r"column indices 0\.\.2 .*\[3\]"):
         quick(validation_fraction=0.0).fit(bad)
 
 

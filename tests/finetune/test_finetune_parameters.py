@@ -17,6 +17,7 @@ SHARED = {
     "random_state": None,
     "verbose": 0,
     "classes": None,
+    "n_threads": None,
 }
 # Each method's own recipe, as its docstring documents it.
 RECIPES = {
