@@ -326,7 +326,7 @@ def _calattn(context: DemoContext) -> Any:
     # CalAttn's head alone on the frozen trained ViT, fitted on the calibration split: of
     # the recipes tried on a tuning split of the demo's non-test images (whole network
     # trained with CalAttn, or fine-tuned with it), the one with the lowest NLL after TS
-    # (benchmarks/results/decisions.md#demo-calattn-recipe).
+    # (benchmarks/results/decisions.md#calattn-the-demos-recipe).
     return CalAttnFinetuner(
         context.model,
         freeze_backbone=True,
@@ -337,6 +337,7 @@ def _calattn(context: DemoContext) -> Any:
         warmup_epochs=1.0,
         validation_fraction=0.0,
         random_state=context.random_state,
+        verbose=0,  # the demo says its own steps
     )
 
 
@@ -377,6 +378,7 @@ def _director(context: DemoContext) -> Any:
         max_epochs=2 if context.quick else 30,
         ema_decay=0.98,
         random_state=context.random_state,
+        verbose=0,  # the demo says its own steps
     )
 
 

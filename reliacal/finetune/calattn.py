@@ -152,7 +152,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         loss, highest accuracy). NLL, not the paper's ECE, because the lowest
         ECE tends to keep an earlier, less accurate epoch
         (``benchmarks/results/decisions.md#calattn-selection-metric``).
-    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, grad_clip_norm, validation_fraction, n_iter_no_change, mixed_precision, checkpoint_dir, device, verbose
+    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, grad_clip_norm, validation_fraction, n_iter_no_change, mixed_precision, checkpoint_dir, device
         Training settings, as in :class:`reliacal.training.TrainingConfig`
         (``optimizer`` is ``"adamw"``, ``"adam"`` or ``"sgd"``: SGD with
         Nesterov momentum 0.9). ``checkpoint_dir`` makes an interrupted
@@ -165,6 +165,10 @@ class CalAttnFinetuner(FinetuneEstimator):
         ``weight_decay`` and ``batch_size`` untuned. A small ViT fine-tuned on a few hundred
         images wants a longer schedule (the demo passes 30 epochs, a 1-epoch
         warm-up).
+    verbose : int or bool, default=1
+        Progress bars on stderr, as PyTorch Lightning shows them: 1 over the
+        epochs and the batches of fit and predict, 2 also a line of scores
+        per epoch, 0 silent. On by default, since a fine-tuning takes minutes.
     random_state : int, RandomState or None, default=None
         Seeds the head's initialisation, the validation split, the shuffling
         and dropout; an int makes a CPU fit reproducible.

@@ -245,8 +245,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Seeds the student's initialisation, training, and the noise of every
         prediction call (each call then draws the same paths); a RandomState
         gives the seed it draws.
-    verbose : int or bool, default=0
-        Progress bars (1: epochs, 2: also batches).
+    verbose : int or bool, default=1
+        Progress bars on stderr, as PyTorch Lightning shows them: 1 over the
+        epochs and the batches of fit and predict, 2 also a line of scores
+        per epoch, 0 silent. On by default, since a fine-tuning takes minutes.
     classes : array-like of shape (K,) or None, default=None
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
