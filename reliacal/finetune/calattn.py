@@ -154,12 +154,18 @@ class CalAttnFinetuner(FinetuneEstimator):
         The validation score that picks the kept epoch (lowest NLL, ECE or
         loss, highest accuracy). Chosen on the same tuning split: the lowest
         ECE mostly kept an earlier, less accurate epoch there, and on digits.
-    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, \
-grad_clip_norm, validation_fraction, n_iter_no_change, \
+    max_epochs, batch_size, optimizer, schedule, milestones, gamma, learning_rate, \
+weight_decay, warmup_epochs, grad_clip_norm, validation_fraction, n_iter_no_change, \
 mixed_precision, checkpoint_dir, device, verbose
         Training settings, as in :class:`reliacal.training.TrainingConfig`
         (``optimizer`` is ``"adamw"``, ``"adam"`` or ``"sgd"``: SGD with
-        Nesterov momentum 0.9). ``checkpoint_dir`` makes an interrupted
+        Nesterov momentum 0.9; ``schedule`` is ``"cosine"`` after the
+        warm-up, ``"step"``, which multiplies the rate by ``gamma`` from each
+        epoch in ``milestones`` on, or ``"constant"``). The paper's recipe is
+        ``optimizer="sgd", learning_rate=0.1, weight_decay=5e-4,
+        schedule="step", milestones=(150, 250), max_epochs=350,
+        grad_clip_norm=5.0, selection_metric="ece"``
+        (``benchmarks/paper_scale.py`` runs it). ``checkpoint_dir`` makes an interrupted
         ``fit`` resume where it stopped. The defaults of ``optimizer``,
         ``learning_rate``, ``max_epochs`` and ``warmup_epochs`` are the recipe
         that ``benchmarks/tune_calattn_wordnet.py`` chose for a pre-trained
@@ -252,6 +258,9 @@ mixed_precision, checkpoint_dir, device, verbose
         post_hoc: str | None = None,
         max_epochs: int = 2,
         optimizer: str = "adamw",
+        schedule: str = "cosine",
+        milestones: Any = (),
+        gamma: float = 0.1,
         learning_rate: float = 1e-4,
         head_learning_rate: float | None = None,
         weight_decay: float = 0.05,
@@ -281,6 +290,9 @@ mixed_precision, checkpoint_dir, device, verbose
         "initial_scale": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "post_hoc": [StrOptions({"temperature"}), None],
         "optimizer": TRAINING_CONSTRAINTS["optimizer"],
+        "schedule": TRAINING_CONSTRAINTS["schedule"],
+        "milestones": TRAINING_CONSTRAINTS["milestones"],
+        "gamma": TRAINING_CONSTRAINTS["gamma"],
         "head_learning_rate": TRAINING_CONSTRAINTS["head_learning_rate"],
         "grad_clip_norm": TRAINING_CONSTRAINTS["grad_clip_norm"],
         "train_transform": [callable, None],
@@ -352,6 +364,9 @@ mixed_precision, checkpoint_dir, device, verbose
         seed = self._fit_seed()
         config = self._training_config(
             optimizer=self.optimizer,
+            schedule=self.schedule,
+            milestones=tuple(self.milestones),
+            gamma=self.gamma,
             head_learning_rate=self.head_learning_rate,
             grad_clip_norm=self.grad_clip_norm,
             # The split is made here (the post-hoc temperature needs it), not by the trainer.
