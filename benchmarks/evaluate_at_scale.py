@@ -50,7 +50,7 @@ _CLI_CHILD = (
     PEAK_BYTES_SOURCE
     + """
 import contextlib, io, json, sys, time
-import pandas, pyarrow.parquet, reliacal.cli, reliacal.metrics, reliacal._parquet_stream
+import pandas, pyarrow.parquet, reliacal.cli, reliacal.metrics, reliacal.io
 before = peak_bytes()
 out = io.StringIO()
 started = time.perf_counter()

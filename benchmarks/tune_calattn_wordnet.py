@@ -104,8 +104,7 @@ from pathlib import Path
 import _common
 import numpy as np
 import torch
-from scipy.special import softmax
-from text_wordnet import (
+from _wordnet_task import (
     MAX_LENGTH,
     Budget,
     Glosses,
@@ -114,11 +113,12 @@ from text_wordnet import (
     pretrained_minilm,
     stratified_split,
 )
+from scipy.special import softmax
 
-from reliacal._training.selection import improves
 from reliacal.datasets import load_wordnet_glosses
 from reliacal.finetune import CalAttnFinetuner
 from reliacal.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+from reliacal.training._selection import improves
 
 RESULTS = Path(__file__).parent / "results"
 POINT_DIR = RESULTS / "tune_calattn_wordnet"

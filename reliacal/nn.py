@@ -75,23 +75,23 @@ import torch
 from torch import nn
 
 from reliacal.backbones import BackboneAdapter, as_backbone
-from reliacal.finetune._calattn_network import CalAttnLoss as _CalAttnLossBase
-from reliacal.finetune._calattn_network import (
+from reliacal.finetune.calattn_network import CalAttnLoss as _CalAttnLossBase
+from reliacal.finetune.calattn_network import (
     CalAttnNetwork,
     CalAttnOutput,
     ScaleHead,
     resolve_token,
 )
-from reliacal.finetune._director_modules import (
+from reliacal.finetune.director_network import (
     DirectorStudent,
     DirectorTrainingModule,
     MeanHead,
     NoiseHead,
     ReverseStep,
     TransitionNetwork,
+    WeightedDirectorLoss,
     build_student,
 )
-from reliacal.finetune.director import _DirectorLoss
 from reliacal.finetune.losses import get_base_loss
 
 __all__ = [
@@ -285,7 +285,7 @@ class CalAttnLoss(_CalAttnLossBase):
         super().__init__(base, float(lambda_brier), int(n_classes))
 
 
-class DirectorLoss(_DirectorLoss):
+class DirectorLoss(WeightedDirectorLoss):
     r"""DIRECTOR's loss on the outputs of :class:`DirectorTrainingModule`.
 
     .. math::

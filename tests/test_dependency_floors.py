@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # backbone tests; torch.nn.utils.get_total_norm arrived in torch 2.6.
 FLOOR_APIS = {
     "scikit-learn": ("1.6", "sklearn.utils.validation", "validate_data", "calibrators/_base.py"),
-    "torch": ("2.6", "torch.nn.utils", "get_total_norm", "_training/loop.py"),
+    "torch": ("2.6", "torch.nn.utils", "get_total_norm", "training/_loop.py"),
     "transformers": (
         "5.9",
         "transformers.masking_utils",

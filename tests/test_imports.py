@@ -65,10 +65,10 @@ def test_every_private_module_of_the_training_loop_imports_on_its_own():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for module in ("results", "loop", "checkpoint", "guard", "randomness", "state", "selection"):
         result = subprocess.run(
-            [sys.executable, "-c", f"import reliacal._training.{module}"],
+            [sys.executable, "-c", f"import reliacal.training._{module}"],
             capture_output=True,
             text=True,
             timeout=300,
             env={**os.environ, "PYTHONPATH": root},
         )
-        assert result.returncode == 0, f"reliacal._training.{module}: {result.stderr[-500:]}"
+        assert result.returncode == 0, f"reliacal.training._{module}: {result.stderr[-500:]}"

@@ -18,9 +18,9 @@ from reliacal.datasets import make_tiny_vit
 from reliacal.finetune import (
     CalAttnFinetuner,
     DiffusionReconfigurer,
-    _calattn_network,
-    _director_modules,
+    calattn_network,
     director,
+    director_network,
 )
 from reliacal.finetune.losses import brier_loss, focal_loss
 from reliacal.metrics import negative_log_likelihood
@@ -180,10 +180,10 @@ def test_a_different_seed_gives_different_weights():
 
 
 def test_calattn_modules_are_the_estimators_classes():
-    assert issubclass(rnn.CalAttnModel, _calattn_network.CalAttnNetwork)
-    assert issubclass(rnn.CalAttnHead, _calattn_network.ScaleHead)
-    assert issubclass(rnn.CalAttnLoss, _calattn_network.CalAttnLoss)
-    assert rnn.CalAttnOutput is _calattn_network.CalAttnOutput
+    assert issubclass(rnn.CalAttnModel, calattn_network.CalAttnNetwork)
+    assert issubclass(rnn.CalAttnHead, calattn_network.ScaleHead)
+    assert issubclass(rnn.CalAttnLoss, calattn_network.CalAttnLoss)
+    assert rnn.CalAttnOutput is calattn_network.CalAttnOutput
     # The public head adds a constructor and documentation, no behaviour.
     assert set(vars(rnn.CalAttnHead)) <= {"__init__", "__doc__", "__module__", "__qualname__"}
     assert "forward" not in vars(rnn.CalAttnModel)
@@ -284,8 +284,8 @@ def test_model_and_head_refuse_bad_settings():
 
 def test_director_pieces_are_the_estimators():
     for name in ("DirectorStudent", "DirectorTrainingModule", "ReverseStep", "MeanHead"):
-        assert getattr(rnn, name) is getattr(_director_modules, name)
-    assert rnn.build_director_student is _director_modules.build_student
+        assert getattr(rnn, name) is getattr(director_network, name)
+    assert rnn.build_director_student is director_network.build_student
 
 
 def test_director_student_from_the_public_pieces_equals_the_estimators(monkeypatch):

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .._data import (
+from reliacal._data import (
     DEFAULT_LABEL_KEY,
     _labels_to_numpy,
     as_dataset,
@@ -23,8 +23,8 @@ from .._data import (
     make_loader,
     split_batch,
 )
-from .._device import resolve_device, to_device
-from ._base import BackboneAdapter
+from reliacal._device import resolve_device, to_device
+from reliacal.backbones._base import BackboneAdapter
 
 __all__ = ["extract_outputs"]
 
@@ -241,7 +241,7 @@ def extract_outputs(
     ...     bool(torch.allclose(vit.eval()(images), torch.from_numpy(logits), atol=1e-5))
     True
     """
-    from . import as_backbone
+    from reliacal.backbones._resolve import as_backbone
 
     adapter = as_backbone(backbone)
     if isinstance(X, DataLoader):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._base import BackboneAdapter
+from reliacal.backbones._base import BackboneAdapter
 
 __all__ = ["PlainAdapter"]
 

@@ -46,6 +46,13 @@ and may override:
     features are the backbone's pooled pre-logits outputs instead.
 ``_check_fit_inputs(self, features, logits) -> None``
     Extra validation at fit time (e.g. "features are required").
+``_torch_map(self) -> nn.Module``
+    The fitted map for :meth:`BaseCalibrator.to_torch` (see its docstring),
+    built from the blocks of :mod:`reliacal.export`, torch imported inside.
+``_check_loaded_state(self) -> None``
+    Refuse a fitted state read from a file that no fit gives (see
+    :class:`reliacal.persistence.SaveMixin`, whose other hooks a calibrator
+    holding a network or an outside object also implements).
 
 ``fit`` runs the backbone (if any) exactly once per call, ``predict_proba``,
 ``decision_function``, ``predict`` and ``score`` once each.
@@ -77,10 +84,9 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._docstrings import shared_doc
-from .._init_arguments import store_init_arguments
-from .._persistence._mixin import SaveMixin
-from .._validation import (
+from reliacal._docstrings import shared_doc
+from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
+from reliacal._validation import (
     DEFAULT_LABEL_KEY,
     check_logits,
     check_probabilities,
@@ -88,7 +94,8 @@ from .._validation import (
     is_torch_tensor,
     to_numpy,
 )
-from ._parameters import spell_out_init_signature, with_base_parameters_doc
+from reliacal.calibrators._backbone_saving import BackboneSaveMixin
+from reliacal.calibrators._parameters import with_base_parameters_doc
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
 
@@ -207,6 +214,25 @@ class ClassLabelMixin:
     def _encode_labels(self, y: Any) -> np.ndarray:
         """Column indices of ``y`` under the fitted ``classes_``."""
         return encode_labels(_labels_to_numpy(y), self.classes_)
+
+    def _check_loaded_state(self) -> None:
+        """Refuse ``classes_`` read from a file unless it names 2 or more distinct labels."""
+        if hasattr(self, "classes_"):
+            classes = self.classes_
+            if not (
+                isinstance(classes, np.ndarray)
+                and classes.ndim == 1
+                and classes.shape[0] >= 2
+                and np.unique(classes).shape[0] == classes.shape[0]
+            ):
+                from reliacal.persistence import loaded_state_error
+
+                raise loaded_state_error(
+                    self, "classes_", classes, "a 1-D array of two or more distinct labels"
+                )
+        parent = getattr(super(), "_check_loaded_state", None)
+        if parent is not None:
+            parent()
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is None:
@@ -361,7 +387,7 @@ def _on_accelerator(value: Any) -> bool:
     return False
 
 
-class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
     """Base class of the post-hoc calibrators: input modes, labels, persistence.
 
     Not used directly: subclasses implement ``_fit_core`` and
@@ -484,6 +510,13 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
     # batches with the default key.
     label_key = DEFAULT_LABEL_KEY
 
+    # A cache folder of this machine: never saved, refused in a file (reliacal.load).
+    _machine_local_parameters = ("memory",)
+
+    #: Whether ``input="probs"`` takes the logs in float64 whatever the input's dtype
+    #: (else in the input's own precision); the exported module follows the same rule.
+    _float64_probability_logs = False
+
     # ---------------------------------------------------------------- hooks
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         raise NotImplementedError
@@ -499,6 +532,8 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
 
     # ------------------------------------------------------- input handling
     def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
+        if self._float64_probability_logs:
+            probabilities = np.asarray(probabilities, dtype=np.float64)
         try:
             check_probabilities(np.zeros(probabilities.shape[0], dtype=np.int64), probabilities)
         except ValueError as error:
@@ -542,7 +577,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         return np.column_stack([np.zeros_like(scores), scores])
 
     def _backbone_outputs(self, X: Any, y: Any):
-        from ..backbones import extract_outputs
+        from reliacal.backbones import extract_outputs
 
         pooled, logits, y = extract_outputs(
             self.backbone_,
@@ -567,8 +602,8 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
             if reset:
                 from torch.utils.data import DataLoader, Dataset
 
-                from .._data import as_dataset
-                from ..backbones import as_backbone
+                from reliacal._data import as_dataset
+                from reliacal.backbones import as_backbone
 
                 self.backbone_ = as_backbone(self.backbone)
                 if isinstance(X, Dataset | DataLoader):
@@ -595,7 +630,7 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         """Validated ``(features, logits, y)`` of a fitted calibrator."""
         check_is_fitted(self, "classes_")
         if self.backbone is not None:
-            from .._data import check_ordered  # backbone mode only: it imports torch
+            from reliacal._data import check_ordered  # backbone mode only: it imports torch
 
             # Rows come back in the loader's order: it must be one the caller knows.
             check_ordered(X)
@@ -737,9 +772,33 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         >>> bool(np.allclose(out, model.predict_proba(logits[:4]), atol=1e-12))
         True
         """
-        from ..export import calibrator_module
+        from reliacal.export import calibrator_module
 
         return calibrator_module(self)
+
+    def _torch_map(self):
+        """The fitted map as an ``nn.Module``: float64 ``(n, D + K)`` -> probabilities ``(n, K)``.
+
+        Its input is the calibrator's ``X`` in float64, the logit block
+        already converted from probabilities under ``input="probs"``: the
+        ``D = n_features_in_ - K`` feature columns (none for a calibrator
+        that reads logits only), then the ``K`` logits. A calibrator that can
+        be exported implements it (importing torch inside, so that the
+        calibrator imports without torch), composing the building blocks of
+        :mod:`reliacal.export`; :func:`reliacal.export.calibrator_module`
+        adds the input handling.
+        """
+        raise ValueError(
+            f"{type(self).__name__} has no torch module: it does not describe its map "
+            "(to_torch() covers reliacal's post-hoc calibrators)"
+        )
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "n_features_in_"):
+            from reliacal.persistence import check_loaded_number
+
+            check_loaded_number(self, "n_features_in_", minimum=1, integer=True)
 
     def _expected_failed_checks(self) -> dict[str, str]:
         """The ``check_estimator`` checks this estimator fails by design, with reasons.

@@ -8,10 +8,10 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import OneVsRestCalibrator, fit_logistic_maps
-from ._logistic import LogisticFit, fit_logistic
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
+from reliacal.calibrators._logistic import LogisticFit, fit_logistic
 
 __all__ = ["BetaCalibration"]
 
@@ -134,6 +134,19 @@ class BetaCalibration(OneVsRestCalibrator):
             "parameters grow without bound)",
             max_iter=self.max_iter,
         )
+
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap
+
+        return OneVsRestMap.beta(len(self.classes_), self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            check_loaded_array(self, "coef_", (self._n_maps(), 2))
+            check_loaded_array(self, "intercept_", (self._n_maps(),))
 
     def _apply_maps(self, scores) -> np.ndarray:
         maps = [

@@ -10,10 +10,10 @@ import numpy as np
 from scipy.special import log_softmax, softmax
 from sklearn.utils._param_validation import Interval
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import ClassicCalibrator
-from .temperature import TemperatureScaling
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import ClassicCalibrator
+from reliacal.calibrators.temperature import TemperatureScaling
 
 __all__ = ["EnsembleTemperatureScaling"]
 
@@ -205,6 +205,25 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
         scaled, plain = self._components(logits)
         w_scaled, w_plain, w_uniform = self.weights_
         return w_scaled * scaled + w_plain * plain + w_uniform / logits.shape[1]
+
+    def _torch_map(self):
+        from reliacal.export import EnsembleTemperatureMap
+
+        return EnsembleTemperatureMap(self.temperature_, self.weights_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import (
+                check_loaded_array,
+                check_loaded_number,
+                loaded_state_error,
+            )
+
+            check_loaded_number(self, "temperature_", positive=True, finite=False)
+            weights = check_loaded_array(self, "weights_", (3,), minimum=0.0, maximum=1.0)
+            if abs(weights.sum() - 1.0) > 1e-9:
+                raise loaded_state_error(self, "weights_", weights, "weights that sum to 1")
 
     def _expected_failed_checks(self) -> dict[str, str]:
         return {

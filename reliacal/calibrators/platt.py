@@ -8,10 +8,10 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils._param_validation import Interval
 
-from .._init_arguments import store_init_arguments
-from ._base import BaseCalibrator
-from ._classic import OneVsRestCalibrator, fit_logistic_maps
-from ._logistic import fit_logistic
+from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
+from reliacal.calibrators._logistic import fit_logistic
 
 __all__ = ["PlattScaling"]
 
@@ -124,3 +124,16 @@ class PlattScaling(OneVsRestCalibrator):
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_ + self.intercept_)
+
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap
+
+        return OneVsRestMap.platt(len(self.classes_), self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            check_loaded_array(self, "coef_", (self._n_maps(),))
+            check_loaded_array(self, "intercept_", (self._n_maps(),))

@@ -2,7 +2,7 @@
 
 Dao, Pham, Nguyen, Truong, Low and Hoang, "Diffusion-Inspired Reconfiguration
 of Transformers for Uncertainty Calibration", arXiv 2602.08920. The network
-modules live in :mod:`reliacal.finetune._director_modules`; this module holds
+modules live in :mod:`reliacal.finetune.director_network`; this module holds
 the scikit-learn estimator.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -27,21 +26,27 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from reliacal._data import as_dataset, check_ordered, dataset_labels
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
-from reliacal._torch_estimator import TRAINING_CONSTRAINTS, resumable_seed, seeded_torch
-from reliacal._training.randomness import draw_shared_seed, loop_split
 from reliacal.backbones import as_backbone
-from reliacal.finetune._director_modules import (
-    SIGMA_FLOOR,
-    DirectorStudent,
-    DirectorTrainingModule,
-    build_student,
-)
 from reliacal.finetune._estimator import (
     FinetuneEstimator,
     check_finite_inputs,
     count_parameters,
 )
-from reliacal.training import fit_module
+from reliacal.finetune.director_network import (
+    SIGMA_FLOOR,
+    DirectorStudent,
+    DirectorTrainingModule,
+    WeightedDirectorLoss,
+    build_student,
+)
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    draw_shared_seed,
+    fit_module,
+    loop_split,
+    resumable_seed,
+    seeded_torch,
+)
 
 __all__ = ["DiffusionReconfigurer", "StudentBelowTeacherWarning"]
 
@@ -54,67 +59,9 @@ class StudentBelowTeacherWarning(UserWarning):
     """
 
 
-# What is summed per phase: the three loss terms, then the mean of sigma^2 (not a loss
-# term: the noise scale is read from it).
-_SUMMED = ("mean_matching", "noise_matching", "cross_entropy", "sigma_squared")
-
-
-class _DirectorLoss:
-    """``lam_mean * mean_matching + lam_var * noise_matching + lam_ce * CE``.
-
-    It also sums each term, and the mean of ``sigma^2`` (the fourth output of
-    :class:`DirectorTrainingModule`), detached, per phase (training steps run
-    with gradients enabled, validation under ``no_grad``), so that the
-    estimator can report per-epoch component and noise-scale histories. A
-    3-tuple of outputs (from before the fourth existed) reads its noise
-    matching as the mean of ``sigma^2``, which it was then.
-    """
-
-    def __init__(self, lambda_mean: float, lambda_var: float, lambda_ce: float):
-        self.weights = (lambda_mean, lambda_var, lambda_ce)
-        self.reset()
-
-    def reset(self) -> None:
-        self.sums: dict[str, dict[str, Any]] = {
-            phase: dict.fromkeys(_SUMMED, 0.0) for phase in ("train", "val")
-        }
-        self.counts = {"train": 0, "val": 0}
-        # Root mean square of sigma over one training batch, per optimiser step.
-        self.step_sigmas: list[torch.Tensor] = []
-
-    def __call__(self, outputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
-        logits, mean_error, noise_error, *rest = outputs
-        sigma_squared = rest[0] if rest else noise_error
-        terms = (mean_error.mean(), noise_error.mean(), F.cross_entropy(logits.float(), y))
-        phase = "train" if torch.is_grad_enabled() else "val"
-        n = int(y.shape[0])
-        statistics = (*terms, sigma_squared.mean())
-        for name, value in zip(_SUMMED, statistics):
-            # Kept as tensors: reading them every step would synchronise a GPU.
-            self.sums[phase][name] = self.sums[phase][name] + value.detach().double() * n
-        self.counts[phase] += n
-        if phase == "train":
-            self.step_sigmas.append(statistics[3].detach().sqrt())
-        return sum(weight * term for weight, term in zip(self.weights, terms))
-
-    def epoch_means(self) -> dict[str, float]:
-        means = {
-            f"{phase}_{name}": float(total) / self.counts[phase]
-            for phase, totals in self.sums.items()
-            if self.counts[phase]
-            for name, total in totals.items()
-        }
-        for phase in ("train", "val"):
-            if f"{phase}_sigma_squared" in means:
-                means[f"{phase}_sigma"] = means.pop(f"{phase}_sigma_squared") ** 0.5
-        if self.step_sigmas:
-            # One device-to-host copy, not one sync per step.
-            means["train_sigma_steps"] = torch.stack(self.step_sigmas).tolist()
-        self.reset()
-        return means
-
-
-def _record_components(history: list[dict], loss: _DirectorLoss, epoch: int, logs: dict) -> None:
+def _record_components(
+    history: list[dict], loss: WeightedDirectorLoss, epoch: int, logs: dict
+) -> None:
     history.append({**logs, **loss.epoch_means()})
 
 
@@ -177,9 +124,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
     blocks removed. ``anchor="none"`` is the paper's form, smaller than the
     teacher; it starts far from the teacher (with ``k = L`` at chance) and
     needs the authors' long schedule (hundreds of epochs with warm-up) to
-    recover: in 30 optimiser steps on 360 digit images it stayed at 9%
-    accuracy while its teacher had 96%, because the EMA of the weights (decay
-    0.995) is still almost the initial student after so few steps.
+    recover, all the more since the EMA of the weights moves slowly in a
+    short run (``benchmarks/results/decisions.md#director-anchor``).
 
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
@@ -212,68 +158,67 @@ class DiffusionReconfigurer(FinetuneEstimator):
         (anything :func:`reliacal.backbones.as_backbone` wraps with
         reconfiguration support). It is never modified: ``fit`` works on a copy.
     depth : int, default=1
-        DiT blocks in the shared transition network (1 for small teachers,
-        about 4 at ViT-B scale). On MiniLM (6 blocks, the last 2
-        reconfigured) a second block did not lower the NLL and ranked OOD
-        inputs worse by mutual information
-        (``benchmarks/results/tune_director_wordnet.md``, "transition").
+        DiT blocks in the shared transition network: 1, the authors' choice
+        for small teachers (about 4 at ViT-B scale); a second block did not
+        help a small text teacher
+        (``benchmarks/results/decisions.md#director-transition-depth``).
     reconfigure : "all" or int, default="all"
-        Replace all blocks, or only the last ``k`` (``1 <= k <= L``). On a
-        MiniLM tuning split (same file) the last 3 of 6 blocks gave a lower
-        NLL than the last 2 and the last 1 a higher one, while the mutual
-        information ranked OOD inputs best with 2. On the test split
-        (``benchmarks/results/text_wordnet.md``) 3 blocks lowered the NLL a
-        little but made 10-path prediction slower than 10-pass MC dropout:
-        each reconfigured block runs once for every path. The tuning rule
-        therefore admits no more blocks a path than 2, and keeps 2.
+        Replace all blocks (the paper's form), or only the last ``k``
+        (``1 <= k <= L``), which trains faster and predicts faster: each
+        reconfigured block runs once for every sampled path. For a deep
+        pre-trained teacher reconfigure a few blocks; the text benchmark
+        reconfigures 2 of MiniLM's 6
+        (``benchmarks/results/decisions.md#director-reconfigured-blocks``).
     anchor : {"teacher", "none"}, default="teacher"
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
         the parameter count is then the teacher's plus the shared step's.
         ``"none"``: the paper's student, which replaces the blocks.
-        Chosen on digits (a 4-block tiny ViT teacher at 96%: the anchored
-        student kept 96% after 5 epochs on 360 images, the unanchored one
-        returned 10%) and on MiniLM fine-tuned on 800 WordNet noun glosses
-        (``reconfigure=2``, 2 epochs: test accuracy 37.5% anchored, 22.0%
-        unanchored, teacher 35.2%).
+        ``"teacher"`` because the unanchored student lost most of its
+        teacher's accuracy in short fits
+        (``benchmarks/results/decisions.md#director-anchor``).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
-        Weights of mean matching, noise matching and cross-entropy (the
-        authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text). On
-        MiniLM the text weights gave the same NLL as the defaults but ranked
-        OOD inputs worse by mutual information (same file), so the defaults
-        serve text too.
+        Weights of mean matching, noise matching and cross-entropy: the
+        authors' ViT weights, which served a text teacher as well as their
+        text weights (0.8, 0, 0.2) did
+        (``benchmarks/results/decisions.md#director-loss-weights``).
     noise_target : float, default=0.0
         ``sigma^q``, the noise level that noise matching pulls towards: 0 (the
         deterministic teacher's, squared error) or a prior level ``s > 0``
         (Gaussian KL, see above). It acts only with ``lambda_var > 0``, which
-        it then requires. For MiniLM fine-tuned on WordNet,
-        ``benchmarks/tune_director_wordnet.py`` chose ``noise_init=0.3,
-        noise_target=0.3, lambda_var=0.5`` on data the benchmark does not
-        report; ``benchmarks/results/text_wordnet.md`` shows what it changed
-        on the test data (chiefly how mutual information ranks OOD inputs).
-        The default stays 0: the setting was not tried on image backbones.
+        it then requires. 0 by default; ``noise_init=0.3, noise_target=0.3,
+        lambda_var=0.5`` is the prior tuned for a text teacher
+        (``benchmarks/results/decisions.md#director-noise-prior``).
     n_draws : int, default=10
         Sampled paths averaged per input by :meth:`predict_proba`,
         :meth:`decision_function`, :meth:`predict`, :meth:`uncertainty` (read
         at each call, so ``set_params(n_draws=1)`` on a fitted estimator gives
-        the single-path protocol) and in validation.
+        the single-path protocol) and in validation. 10, the paths the
+        authors average for OOD detection.
     ema_decay : float or None, default=0.995
-        Decay of the per-step EMA of the student's weights (None: no EMA).
+        Decay of the per-step EMA of the student's weights (None: no EMA);
+        0.995 is the authors'.
     noise_init : float, default=1e-2
-        The noise level ``sigma`` of every step at initialisation.
+        The noise level ``sigma`` of every step at initialisation: small, so
+        that the student starts close to its deterministic teacher.
     max_epochs : int, default=30
+        Passes over the training data.
     batch_size : int, default=64
+        Mini-batch size of training and prediction.
     learning_rate : float, default=1e-3
         Peak AdamW learning rate (warm-up, then cosine decay).
     weight_decay : float, default=5e-5
+        Decoupled weight decay.
     warmup_epochs : float, default=2.0
+        Linear warm-up of the learning rate. This schedule and the optimiser
+        settings above are the authors' optimiser with a shorter run
+        (``benchmarks/results/decisions.md#director-training-recipe``).
     validation_fraction : float, default=0.1
         Fraction of the training data held out for checkpoint selection.
     selection_metric : {"nll", "accuracy", "ece", "loss"}, default="nll"
-        The kept checkpoint is the best on validation by this score. The
-        authors keep the best validation accuracy; on a small validation split
-        accuracy ties often and keeps an early epoch, while the NLL of the
-        averaged probabilities separates epochs finely and rewards calibration.
+        The kept checkpoint is the best on validation by this score. NLL, not
+        the authors' accuracy, because accuracy ties often on a small
+        validation split (``benchmarks/results/decisions.md#director-selection-metric``).
     accuracy_margin : float, default=0.02
         At the end of ``fit`` the student's validation accuracy (of the kept
         checkpoint, ``n_draws`` paths) is compared with the teacher's on the
@@ -425,6 +370,29 @@ class DiffusionReconfigurer(FinetuneEstimator):
             return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
         return super()._predict_proba_with_labels(X, y)
 
+    # Saving ----------------------------------------------------------------------------------
+
+    def _network_config(self, network: Any) -> dict:
+        if not isinstance(network, DirectorStudent):
+            return super()._network_config(network)
+        # The transition network's depth and the anchor are the estimator's own parameters.
+        return {"n_reconfigured": int(network.n_reconfigured)}
+
+    def _rebuild_network(self, config: dict) -> DirectorStudent:
+        k = config.get("n_reconfigured") if set(config) == {"n_reconfigured"} else None
+        if type(k) is not int or k < 1:
+            raise ValueError(f"the saved DIRECTOR student has a malformed configuration {config}")
+        # A student around a frozen copy of the backbone given to load.
+        teacher = copy.deepcopy(as_backbone(self.backbone)).cpu().eval()
+        teacher.requires_grad_(False)
+        return build_student(
+            teacher,
+            n_reconfigured=k,
+            depth=int(self.depth),
+            noise_init=self.noise_init,
+            anchored=self.anchor == "teacher",
+        )
+
     # Fitting ---------------------------------------------------------------------------------
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -496,7 +464,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         module = DirectorTrainingModule(
             teacher, student, n_eval_draws=int(self.n_draws), noise_target=self.noise_target
         )
-        loss = _DirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
+        loss = WeightedDirectorLoss(self.lambda_mean, self.lambda_var, self.lambda_ce)
         history: list[dict] = []
         config = self._training_config(
             optimizer="adamw",
@@ -653,15 +621,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Mutual information is zero when every path gives the same softmax
         (for instance zero noise); all three are usable as OOD or failure
         scores (higher = less certain). Which ranks OOD inputs best depends on
-        the shift and on the noise. For MiniLM fine-tuned on WordNet nouns
-        with the default noise, the max probability and the predictive entropy
-        did better against adjective glosses and the mutual information
-        against verb glosses; with the noise held at 0.3 (``noise_target``)
-        the three ranked adjectives about equally well
-        (``benchmarks/results/text_wordnet.md`` and
-        ``benchmarks/results/tune_director_wordnet.md``). Choose on held-out
-        shifted data of your own. Small negative rounding residue of the
-        difference is clipped to 0.
+        the shift and on the noise: choose on held-out shifted data of your
+        own (``benchmarks/results/decisions.md#director-which-uncertainty-score``).
+        Small negative rounding residue of the difference is clipped to 0.
 
         Parameters
         ----------

@@ -230,7 +230,7 @@ def test_extra_parameter_count_is_exact(hidden):
 
 
 def test_paper_parameter_counts_for_vit_b_and_deit_s():
-    from reliacal.finetune._calattn_network import ScaleHead
+    from reliacal.finetune.calattn_network import ScaleHead
 
     # methods.md: 98,561 extra parameters for D = 768 and 49,409 for D = 384.
     for width, expected in ((768, 98_561), (384, 49_409)):
@@ -268,7 +268,7 @@ def test_loss_is_base_loss_plus_weighted_brier_on_calibrated_logits():
     model = quick(base_loss=recording_loss, lambda_brier=0.3, max_epochs=1, validation_fraction=0.0)
     model.fit(X, y)
     # Check the combined loss on fixed outputs through the estimator's loss object.
-    from reliacal.finetune._calattn_network import CalAttnLoss, CalAttnOutput
+    from reliacal.finetune.calattn_network import CalAttnLoss, CalAttnOutput
 
     logits = torch.randn(5, N_CLASSES)
     scale = torch.rand(5) + 0.5
@@ -384,7 +384,7 @@ def test_fit_leaves_the_given_backbone_untouched_and_refits_identically():
 
 
 def test_post_hoc_temperature_is_fitted_on_the_held_out_split():
-    from reliacal._training.randomness import split_indices
+    from reliacal.training._randomness import split_indices
 
     X, y = image_data(n=48)
     model = quick(post_hoc="temperature", max_epochs=3, validation_fraction=0.25).fit(X, y)
@@ -604,7 +604,7 @@ def test_nan_inputs_are_refused_at_fit_and_predict():
 
 
 def test_a_nan_pixel_in_the_validation_part_is_named_as_an_input_problem():
-    from reliacal._training.randomness import split_indices
+    from reliacal.training._randomness import split_indices
 
     X, y = image_data()
     # The estimator's split for random_state=0, recomputed (a Dataset's labels are not

@@ -23,7 +23,9 @@ from reliacal.datasets import (
     make_tiny_bert,
     train_digits_classifier,
 )
-from reliacal.finetune._director_modules import (
+from reliacal.finetune import director_network
+from reliacal.finetune.director import DiffusionReconfigurer, StudentBelowTeacherWarning
+from reliacal.finetune.director_network import (
     AdaLNBlock,
     DirectorStudent,
     DirectorTrainingModule,
@@ -34,7 +36,6 @@ from reliacal.finetune._director_modules import (
     key_padding_mask,
     sinusoidal_step_embedding,
 )
-from reliacal.finetune.director import DiffusionReconfigurer, StudentBelowTeacherWarning
 from reliacal.training import TrainingDivergedError
 
 VOCAB, PAD = 30, 0
@@ -595,10 +596,9 @@ def test_images_of_the_wrong_size_get_a_value_error_that_says_what_is_expected(d
 
 
 def test_divergence_leaves_the_estimator_unfitted_and_hands_over_the_student(digits, monkeypatch):
-    import reliacal.finetune.director as director_module
 
     X, y = digits
-    real_loss = director_module._DirectorLoss.__call__
+    real_loss = director_network.WeightedDirectorLoss.__call__
     training_calls = []
 
     def nan_on_the_second_training_step(self, outputs, target):
@@ -609,7 +609,9 @@ def test_divergence_leaves_the_estimator_unfitted_and_hands_over_the_student(dig
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(director_module._DirectorLoss, "__call__", nan_on_the_second_training_step)
+    monkeypatch.setattr(
+        director_network.WeightedDirectorLoss, "__call__", nan_on_the_second_training_step
+    )
     estimator = DiffusionReconfigurer(tiny_vit(), max_epochs=1, batch_size=16, device="cpu")
     with pytest.raises(TrainingDivergedError, match="epoch 1, step 2") as caught:
         estimator.fit(X[:64], y[:64])

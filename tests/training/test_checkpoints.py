@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-import reliacal._training.checkpoint as checkpoint_module
-from reliacal._training.checkpoint import save_checkpoint
-from reliacal._training.loop import CHECKPOINT_ENTRIES
+import reliacal.training._checkpoint as checkpoint_module
 from reliacal.finetune.calattn import CalAttnFinetuner
 from reliacal.training import CheckpointError, fit_module
+from reliacal.training._checkpoint import save_checkpoint
+from reliacal.training._loop import CHECKPOINT_ENTRIES
 
 REMEDY = "delete the folder"
 

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from reliacal._training import optim
-from reliacal._training.optim import make_optimizer, parameter_groups
 from reliacal.training import TrainingConfig, fit_module
+from reliacal.training import _optim as optim
+from reliacal.training._optim import make_optimizer, parameter_groups
 
 
 class BodyAndHead(nn.Module):

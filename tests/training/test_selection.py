@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from reliacal._training.selection import chance_accuracy, improves
 from reliacal.training import TrainingConfig, fit_module
+from reliacal.training._selection import chance_accuracy, improves
 
 # Ten validation samples, six of class 0: chance accuracy is 0.6.
 VALIDATION_Y = torch.tensor([0] * 6 + [1] * 4)

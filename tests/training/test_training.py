@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from reliacal._training.optim import lr_factor, make_scheduler
 from reliacal.training import TrainingConfig, TrainingDivergedError, fit_module
+from reliacal.training._optim import lr_factor, make_scheduler
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 

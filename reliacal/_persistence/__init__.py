@@ -1,1 +1,0 @@
-"""Private parts of :mod:`reliacal.persistence`: the files, the value codec, the networks."""

@@ -1,2 +1,0 @@
-"""Private pieces of :mod:`reliacal.training`: optimisers and schedules, state and
-checkpoints, validation. Import the public names from :mod:`reliacal.training`."""

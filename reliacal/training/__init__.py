@@ -1,0 +1,46 @@
+"""The one training loop shared by every reliacal estimator that trains a network.
+
+:func:`fit_module` trains any ``nn.Module`` on a torch ``Dataset`` of ``(x, y)``
+pairs: AdamW (or Adam, SGD) with a warm-up then cosine learning-rate schedule,
+gradient clipping, mixed precision on CUDA, a held-out validation split scored
+by ECE / NLL / loss / accuracy with best-checkpoint selection and early
+stopping, an optional EMA of the weights, a NaN guard, resumable checkpoints
+and ``torch.distributed`` (DDP) training. :class:`TrainingConfig` holds the
+settings; AdaptiveTS, CalAttnFinetuner and DiffusionReconfigurer build one from
+their hyperparameters.
+"""
+
+from __future__ import annotations
+
+from reliacal.training._estimator import (
+    TRAINING_CONSTRAINTS,
+    NetworkEstimatorMixin,
+    PositiveIntegers,
+    resumable_seed,
+    seeded_torch,
+    training_config,
+)
+from reliacal.training._fit import (
+    CheckpointError,
+    TrainingConfig,
+    TrainingDivergedError,
+    TrainingResult,
+    fit_module,
+)
+from reliacal.training._randomness import draw_shared_seed, loop_split
+
+__all__ = [
+    "CheckpointError",
+    "NetworkEstimatorMixin",
+    "PositiveIntegers",
+    "TRAINING_CONSTRAINTS",
+    "TrainingConfig",
+    "TrainingDivergedError",
+    "TrainingResult",
+    "draw_shared_seed",
+    "fit_module",
+    "loop_split",
+    "resumable_seed",
+    "seeded_torch",
+    "training_config",
+]
