@@ -12,7 +12,7 @@ splits, budget and metrics, at 2 and 5 epochs, per seed:
   same seed, same budget), cached where ``text_wordnet.py`` caches it, and
   its temperature-scaled outputs (TS on the calibration split) as a reference;
 - each recipe of ``RECIPES``: DIRECTOR from that teacher with the benchmark's
-  settings (``text_wordnet.fitted_director``) and the recipe's options.
+  settings (``_wordnet_task.fitted_director``) and the recipe's options.
 
 Reported: deployed parameters, accuracy, ECE (15 bins), NLL, Brier on the
 noun test split with 10 paths (and with 1 path, the paper's protocol), OOD
@@ -46,8 +46,7 @@ from pathlib import Path
 
 import _common
 import torch
-from scipy.special import softmax
-from text_wordnet import (
+from _wordnet_task import (
     CACHE,
     N_PATHS,
     QUICK,
@@ -66,6 +65,7 @@ from text_wordnet import (
     teacher_path,
     timed,
 )
+from scipy.special import softmax
 
 from reliacal.backbones import extract_outputs
 from reliacal.calibrators import TemperatureScaling
@@ -76,14 +76,14 @@ SEEDS = (0, 1, 2)
 ACCURACY_SLACK = 1.0
 # Each recipe: DiffusionReconfigurer options on top of text_wordnet's DIRECTOR settings
 # (the last 2 blocks, warm-up 0.2 epoch, NLL selection, 10 paths). In the order of run:
-# the 2-epoch points first, so that a run cut short has the shared budget's comparison.
+# the 2-epoch points first (the shared budget), then the 5-epoch ones.
 RECIPES = {
     "anchored, last 2, 2 epochs (default)": {},
     "none, all 6, 2 epochs": {"anchor": "none", "reconfigure": "all"},
     "none, last 2, 2 epochs": {"anchor": "none"},
     "none, all 6, 5 epochs": {"anchor": "none", "reconfigure": "all", "max_epochs": 5},
-    "none, last 2, 5 epochs": {"anchor": "none", "max_epochs": 5},
     "anchored, last 2, 5 epochs": {"max_epochs": 5},
+    "none, last 2, 5 epochs": {"anchor": "none", "max_epochs": 5},
 }
 TEACHER = "teacher"
 DEFAULT = "anchored, last 2, 2 epochs (default)"
@@ -251,7 +251,8 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
     lines = [
         '# DIRECTOR\'s compressing form (`anchor="none"`) on MiniLM, against the anchored default',
         "",
-        f"Command: `{command}` (two such workers ran side by side, one torch thread each; "
+        f"Command: `{command}` (the points ran in workers of one torch thread each, at "
+        "most two at once and beside other jobs, some as `--seeds S --recipes NAME`; "
         f"`--merge` rewrites this table from the saved points). {_common.machine_line()}",
         "",
     ]
@@ -263,7 +264,7 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
         f"calibration, {budget.n_test} test, {budget.n_ood} adjective glosses as OOD). Teacher: "
         f"`text_wordnet.py`'s baseline (MiniLM fine-tuned {budget.epochs} epochs, plain CE); "
         "*teacher + TS*: temperature scaling fitted on the calibration split. DIRECTOR: "
-        "`text_wordnet.fitted_director` (AdamW lr 1e-3, warm-up "
+        "`_wordnet_task.fitted_director` (AdamW lr 1e-3, warm-up "
         f"{budget.warmup_epochs:g} epoch then cosine, EMA 0.995, NLL checkpoint selection, "
         f"batch {budget.batch_size}) with each recipe's options; predictions average "
         f'{N_PATHS} sampled paths, *1-path* columns use one. `anchor="teacher"` keeps the '
@@ -311,7 +312,11 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
         fewer = ratio < 1
         verdict = "yes" if keeps and fewer else "no"
         if keeps and fewer:
-            verdicts.append(name)
+            verdicts.append(
+                name
+                if len(both) == len(SEEDS)
+                else f"{name} (provisional: {len(both)} of {len(SEEDS)} seeds)"
+            )
         lines.append(
             f"| {name} | {ratio:.3f} | {spread(versus_teacher['accuracy'], 1)} "
             f"| {spread(versus_teacher['ece'], 2)} | {spread(versus_teacher['nll'], 3)} | "
@@ -319,7 +324,7 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
                 spread(versus_default[k], d) if versus_default[k] else ""
                 for k, d in (("accuracy", 1), ("ece", 2), ("nll", 3), ("auroc_maxprob", 3))
             )
-            + f" | {verdict} ({len(both)} seeds) |"
+            + f" | {verdict} ({len(both)} of {len(SEEDS)} seeds) |"
         )
     lines += [
         "",
@@ -327,6 +332,7 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
         f"{ACCURACY_SLACK:g} point below the teacher's over the seeds run. Recipes that meet "
         f"it: {', '.join(verdicts) if verdicts else 'none'}.",
         "",
+        *missing_lines(rows, quick),
         "Per point, the student's validation accuracy per epoch (EMA weights, 10 paths) and "
         "the kept epoch:",
         "",
@@ -338,6 +344,30 @@ def report(points: list[dict], quick: bool, budget: Budget) -> str:
                 history = " -> ".join(f"{value:.1f}" for value in row["val_accuracy"])
                 lines.append(f"- {name}, seed {seed}: {history} (kept epoch {row['best_epoch']})")
     return "\n".join(lines) + "\n"
+
+
+def missing_lines(rows: dict, quick: bool) -> list[str]:
+    """What is not saved yet, per recipe, with the command that runs it."""
+    lines = []
+    for name in [TEACHER, *RECIPES]:
+        seeds = [seed for seed in SEEDS if (name, seed) not in rows]
+        if seeds:
+            command = (
+                "python benchmarks/director_compression.py --threads 1"
+                + (" --quick" if quick else "")
+                + f" --seeds {' '.join(map(str, seeds))}"
+                + (f' --recipes "{name}"' if name != TEACHER else "")
+            )
+            lines.append(f"- {name}: seeds {seeds}: `{command}`")
+    if not lines:
+        return []
+    return [
+        "**Not run yet** (each MiniLM point takes 20-80 minutes on this machine); the "
+        "command after each completes it, and `--merge` then rewrites this file:",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def write_table(point_dir: Path, output: Path, quick: bool, budget: Budget) -> None:
