@@ -493,6 +493,21 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         reliacal.load(tmp_path / "calattn.zip", backbone=torch.nn.Linear(2, 2))
 
 
+@pytest.mark.filterwarnings("ignore:validation accuracy never rose")
+def test_save_and_load_keep_the_step_schedule(tmp_path, no_pickle):
+    X, y = image_data()
+    schedule = {"schedule": "step", "milestones": (1,), "gamma": 0.5}
+    model = quick(optimizer="sgd", learning_rate=0.01, **schedule).fit(X, y)
+    model.save(tmp_path / "calattn.zip")
+    loaded = reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(seed=5))
+    params = loaded.get_params(deep=False)
+    assert {name: params[name] for name in schedule} == schedule
+    assert type(params["milestones"]) is tuple
+    np.testing.assert_array_equal(model.predict_proba(X), loaded.predict_proba(X))
+    # The rates of the two epochs, by hand: 0.01, then 0.01 * 0.5 from milestone 1 on.
+    np.testing.assert_allclose([epoch["lr"] for epoch in loaded.history_], [1e-2, 5e-3])
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
