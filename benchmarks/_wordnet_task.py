@@ -1,8 +1,9 @@
 """The WordNet text task that the MiniLM benchmarks share: data, model, metrics, DIRECTOR.
 
 ``text_wordnet.py`` reports on it; ``tune_calattn_wordnet.py``,
-``tune_director_wordnet.py`` and ``calattn_cost_minilm.py`` reuse its splits,
-budget, loaders, pre-trained MiniLM, metrics and DIRECTOR fit from here (a
+``tune_director_wordnet.py``, ``calattn_cost_minilm.py`` and
+``director_compression.py`` reuse its splits, budget, loaders, pre-trained
+MiniLM, fine-tuning, metrics and DIRECTOR fit from here (a
 benchmark script imports helper modules, never another script).
 
 The task: tell a noun synset's lexicographer category (26 of them) from its
@@ -24,7 +25,7 @@ from sklearn.metrics import roc_auc_score
 from torch.utils.data import DataLoader, Dataset
 
 from reliacal.datasets import load_wordnet_glosses
-from reliacal.finetune import DiffusionReconfigurer
+from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 from reliacal.metrics import (
     accuracy,
     brier_score,
@@ -253,6 +254,38 @@ def pretrained_minilm(n_classes: int, seed: int):
     return transformers.BertForSequenceClassification.from_pretrained(
         minilm_folder(), num_labels=n_classes
     )
+
+
+def finetuner(budget: Budget, seed: int, n_classes: int, *, head, lambda_brier: float, **options):
+    """CalAttnFinetuner with the benchmark's budget; ``options`` override any setting."""
+    settings = dict(
+        base_loss="ce",
+        max_epochs=budget.epochs,
+        batch_size=budget.batch_size,
+        learning_rate=budget.learning_rate,
+        weight_decay=0.01,
+        warmup_epochs=budget.warmup_epochs,
+        validation_fraction=VALIDATION_FRACTION,
+        selection_metric="nll",
+        device="cpu",
+        random_state=seed,
+        verbose=budget.verbose,
+    )
+    return CalAttnFinetuner(
+        pretrained_minilm(n_classes, seed),
+        calibration_head=head,
+        lambda_brier=lambda_brier,
+        **{**settings, **options},
+    )
+
+
+def fitted_transformer(model: CalAttnFinetuner):
+    """The fine-tuned Hugging Face model inside a fitted CalAttnFinetuner."""
+    return model.network_.backbone.model
+
+
+def count(module: torch.nn.Module) -> int:
+    return int(sum(p.numel() for p in module.parameters()))
 
 
 def n_paths_kwargs(n: int) -> dict:

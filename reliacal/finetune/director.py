@@ -129,11 +129,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
     initialisation, then learns a correction of the teacher's step and the
     noise, and the student starts as the teacher itself (same predictions, up
     to the ``noise_init`` noise) instead of as a network with its last ``k``
-    blocks removed. ``anchor="none"`` is the paper's form, smaller than the
-    teacher; it starts far from the teacher (with ``k = L`` at chance) and
-    needs the authors' long schedule (hundreds of epochs with warm-up) to
-    recover, all the more since the EMA of the weights moves slowly in a
-    short run (``benchmarks/results/decisions.md#director-anchor``).
+    blocks removed. ``anchor="none"`` is the paper's form, the one that
+    compresses: with ``reconfigure="all"`` the student is smaller than the
+    teacher. It starts far from the teacher (with ``k = L`` at chance) and
+    recovers only over enough optimiser steps, all the more since the EMA of
+    the weights moves slowly in a short run
+    (``benchmarks/results/decisions.md#director-anchor``).
 
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
@@ -181,9 +182,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
         the parameter count is then the teacher's plus the shared step's.
-        ``"none"``: the paper's student, which replaces the blocks.
-        ``"teacher"`` because the unanchored student lost most of its
-        teacher's accuracy in short fits
+        ``"none"``: the paper's student, which replaces the blocks and, with
+        ``reconfigure="all"``, has fewer parameters than the teacher.
+        ``"teacher"`` by default because in short fits the anchored student
+        was the more accurate and the unanchored one fell below its teacher
         (``benchmarks/results/decisions.md#director-anchor``).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy: the
