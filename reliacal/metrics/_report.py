@@ -93,11 +93,13 @@ def _check_models(predictions) -> None:
 
 
 def _state_of(y_true, y_prob, *, n_bins, labels, keep_confidences) -> CalibrationState:
-    """One model's state: Dask partition by partition, other input block by block."""
+    """One model's state: Dask partition by partition, other input block by block.
+
+    A Dask collection's confidences are not gathered: its state keeps a histogram of
+    them, refined by further passes over the partitions.
+    """
     if is_dask_collection(y_true) or is_dask_collection(y_prob):
-        return dask_state(
-            y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=keep_confidences
-        )
+        return dask_state(y_true, y_prob, n_bins=n_bins, labels=labels, histogram=keep_confidences)
     if is_pandas_frame(y_prob):
         y_prob, labels = in_class_order(y_prob, labels)
     y_true = to_numpy(y_true, "y_true")
@@ -157,7 +159,10 @@ def calibration_states(
     confidence and one correctness flag per sample, so once the states are built the
     matrices can be freed before :func:`report_from_states` sorts and smooths the
     confidences. Dask collections are summarised partition by partition where they
-    live (as the metric functions do).
+    live (as the metric functions do); their states keep, instead of the
+    confidences, a fine histogram of them that further passes over the partitions
+    refine until the sorted and smoothed columns are exact (constant memory on the
+    client).
 
     Parameters
     ----------
@@ -327,8 +332,12 @@ def calibration_report(
     Dask arrays and DataFrames (labels, probabilities, or both) are summarised
     partition by partition where they live, and the per-partition
     :class:`CalibrationState` objects are merged: the streamable columns equal the
-    in-memory ones (up to summation order), and the others gather one confidence
-    and one correctness flag per row (9 bytes) to the client. No bootstrap then.
+    in-memory ones (up to summation order). The others come from a fine histogram
+    of the confidences, merged the same way and refined by further passes over the
+    partitions where a quantile cut, a candidate maximum of the KS curve or an
+    undecided bin count of the sweep needs the samples' order: they equal the
+    in-memory ones too, in constant memory on the client (usually two passes). No
+    bootstrap then.
 
     Parameters
     ----------
