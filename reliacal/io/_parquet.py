@@ -3,11 +3,13 @@
 ``reliacal evaluate PRED.parquet`` (or a folder of parquet files) reads the
 file with pyarrow one batch of rows at a time (pyarrow decodes one row group
 at a time) and feeds a :class:`reliacal.metrics.CalibrationState`; only the
-state's per-bin sums, plus one confidence and one correctness flag per row
-when the sorted and smoothed metrics are asked for, outlive a batch. The
-columns are read as :func:`reliacal.io.load_prediction_file` reads a table
-(label column, class columns, their order and names), decided on the first
-batch and then fixed.
+state's per-bin sums, and the fine histogram of the confidences when the sorted
+and smoothed metrics are asked for, outlive a batch. Those metrics then read
+the files again, usually once, to collect the few samples whose order the
+histogram leaves open (:meth:`~reliacal.metrics.CalibrationState.refinement`):
+memory stays constant whatever the number of rows. The columns are read as
+:func:`reliacal.io.load_prediction_file` reads a table (label column, class
+columns, their order and names), decided on the first batch and then fixed.
 """
 
 from __future__ import annotations
@@ -82,6 +84,58 @@ def _columns(path: Path, frame, probs_key, labels_key, classes) -> _Columns:
     return _Columns(table.label_column, table.columns, classes, table.description)
 
 
+class _Reader:
+    """The batches of parquet files as ``(labels, values)``, read again on every pass."""
+
+    def __init__(self, files, *, probs_key, labels_key, logits, classes, batch_rows):
+        self.files = files
+        self.probs_key, self.labels_key = probs_key, labels_key
+        self.logits, self.classes = logits, classes
+        self.batch_rows = batch_rows
+        self.columns: _Columns | None = None
+
+    def feed(self, consume, bar, start=None) -> None:
+        """``consume(labels, values)`` for every batch; ``start(columns)`` before the first.
+
+        A ``ValueError`` names the file and, where the values look like logits, says so.
+        """
+        import pyarrow.parquet as pq
+
+        from reliacal._validation import check_logits
+        from reliacal.io._prediction_files import _explain_not_probabilities
+
+        for file in self.files:
+            # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
+            # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
+            # at most 1 MiB keep it to about one row group's columns.
+            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
+                for batch in handle.iter_batches(batch_size=self.batch_rows):
+                    frame = batch.to_pandas()
+                    if self.columns is None:
+                        self.columns = _columns(
+                            file, frame, self.probs_key, self.labels_key, self.classes
+                        )
+                    if start is not None:
+                        start(self.columns)
+                        start = None
+                    columns = self.columns
+                    values = frame[columns.value_columns].to_numpy(dtype=np.float64)
+                    if len(columns.value_columns) == 1:
+                        values = values[:, 0]
+                    labels = frame[columns.label_column].to_numpy()
+                    del frame
+                    try:
+                        if self.logits:
+                            values = softmax(check_logits(values, name="logits"))
+                        consume(labels, values)
+                    except ValueError as error:
+                        message = _explain_not_probabilities(
+                            error, values, columns.value_columns, self.logits
+                        )
+                        raise ValueError(f"{file.name}: {message}") from None
+                    bar.update(batch.num_rows)
+
+
 def _progress_bar(total: int, name: str, progress):
     from tqdm.auto import tqdm
 
@@ -103,7 +157,7 @@ def stream_parquet(
     labels_key: str | None = None,
     logits: bool = False,
     classes=None,
-    keep_confidences: bool = True,
+    streamable_only: bool = False,
     batch_rows: int = BATCH_ROWS,
     progress=None,
 ) -> tuple[CalibrationState, str]:
@@ -118,13 +172,16 @@ def stream_parquet(
         Bins of the binned metrics.
     probs_key, labels_key, logits, classes
         As :func:`reliacal.io.load_prediction_file` (``classes`` is its ``labels``).
-    keep_confidences : bool, default=True
-        Keep one confidence and correctness flag per row (9 bytes), for the
-        sorted and smoothed metrics; False keeps memory constant.
+    streamable_only : bool, default=False
+        Read the files once, for the metrics that stream from bin sums. By default
+        the state also gives the sorted and smoothed metrics: it keeps a fine
+        histogram of the confidences, made exact by reading the files again
+        (usually once more); memory stays constant either way.
     batch_rows : int, default=65536
         Rows per batch.
     progress : file-like or None
-        Where the progress bar goes; None: stderr, when it is a terminal.
+        Where the progress bar goes (one bar per pass); None: stderr, when it is a
+        terminal.
 
     Returns
     -------
@@ -140,6 +197,8 @@ def stream_parquet(
     >>> state, source = stream_parquet(path)
     >>> state.n_samples, source
     (2, "preds.parquet: probabilities from 2 columns (p0, p1), labels from column 'label'")
+    >>> round(state.compute(["ks_error"])["ks_error"], 4)
+    0.15
     """
     try:
         import pyarrow.parquet as pq
@@ -148,9 +207,6 @@ def stream_parquet(
             "reading parquet batch by batch needs pyarrow: pip install pyarrow, or pip "
             "install 'reliacal[parquet]'"
         ) from None
-
-    from reliacal._validation import check_logits
-    from reliacal.io._prediction_files import _explain_not_probabilities
 
     path = Path(path)
     files = parquet_files(path)
@@ -166,36 +222,32 @@ def stream_parquet(
     total = sum(pq.read_metadata(file).num_rows for file in files)
     if total == 0:
         raise ValueError(f"{path.name} has no rows")
-    columns = None
-    state = None
+    reader = _Reader(
+        files,
+        probs_key=probs_key,
+        labels_key=labels_key,
+        logits=logits,
+        classes=classes,
+        batch_rows=batch_rows,
+    )
+    states = []
+
+    def start(columns: _Columns) -> None:
+        states.append(
+            CalibrationState(n_bins, labels=columns.classes, histogram=not streamable_only)
+        )
+
     with _progress_bar(total, path.name, progress) as bar:
-        for file in files:
-            # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
-            # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
-            # at most 1 MiB keep it to about one row group's columns.
-            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
-                for batch in handle.iter_batches(batch_size=batch_rows):
-                    frame = batch.to_pandas()
-                    if columns is None:
-                        columns = _columns(file, frame, probs_key, labels_key, classes)
-                        state = CalibrationState(
-                            n_bins, labels=columns.classes, keep_confidences=keep_confidences
-                        )
-                    values = frame[columns.value_columns].to_numpy(dtype=np.float64)
-                    if len(columns.value_columns) == 1:
-                        values = values[:, 0]
-                    labels = frame[columns.label_column].to_numpy()
-                    del frame
-                    try:
-                        if logits:
-                            values = softmax(check_logits(values, name="logits"))
-                        state.update(labels, values)
-                    except ValueError as error:
-                        message = _explain_not_probabilities(
-                            error, values, columns.value_columns, logits
-                        )
-                        raise ValueError(f"{file.name}: {message}") from None
-                    bar.update(batch.num_rows)
+        reader.feed(lambda labels, values: states[0].update(labels, values), bar, start)
+    (state,) = states
+    # The histogram's refining passes read the files again, until its metrics are exact.
+    passes = 1
+    while (refinement := state.refinement()) is not None:
+        passes += 1
+        with _progress_bar(total, f"{path.name} (pass {passes})", progress) as bar:
+            reader.feed(refinement.update, bar)
+        state.refine(refinement)
+    columns = reader.columns
     kind = "logits" if logits else "probabilities"
     source = f"{path.name}: {kind} from {columns.description}"
     source += " (softmax applied)" if logits else ""

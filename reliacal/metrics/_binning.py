@@ -142,6 +142,27 @@ def uniform_sums(confidence, outcome, n_bins: int):
     return uniform_edges(n_bins), counts, sum_confidence, sum_outcome
 
 
+def uniform_sums_of_sorted(confidence, outcome, n_bins: int):
+    """:func:`uniform_sums` of scores in :func:`sort_scores` order: a search per edge.
+
+    Bin ``b`` holds ``(edges[b], edges[b + 1]]`` (the first also 0): the samples
+    between the counts of values at most each edge, which ``searchsorted`` finds.
+    """
+    edges = uniform_edges(n_bins)
+    bounds = np.concatenate(
+        [[0], np.searchsorted(confidence, edges[1:-1], side="right"), [confidence.shape[0]]]
+    )
+    counts = np.diff(bounds)
+    filled = counts > 0
+    sum_confidence = np.zeros(n_bins)
+    sum_outcome = np.zeros(n_bins)
+    # Consecutive non-empty bins: each sum runs to the next one's start.
+    starts = bounds[:-1][filled]
+    sum_confidence[filled] = np.add.reduceat(confidence, starts)
+    sum_outcome[filled] = np.add.reduceat(outcome, starts, dtype=np.float64)
+    return edges, counts, sum_confidence, sum_outcome
+
+
 def quantile_sums(confidence, outcome, n_bins: int, *, is_sorted: bool = False):
     """Quantile-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores.
 

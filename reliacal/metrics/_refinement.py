@@ -21,8 +21,12 @@ import numpy as np
 
 from reliacal.metrics._cells import Cells, Unresolved
 from reliacal.metrics._histogram import N_BUCKETS, bucket_of
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._inputs import check_prediction_inputs
+from reliacal.metrics._predictions import (
+    confidences_and_outcomes,
+    scan_matrix,
+    without_negative_zero,
+)
 from reliacal.metrics._smooth import GridSmoothing, MissingGrid, bisection_grid_sizes, spread_scores
 from reliacal.metrics._sorted import score_key, scores_of_key
 
@@ -140,8 +144,12 @@ class Refinement:
 
     def update(self, y_true, y_prob) -> Refinement:
         """Add a batch of labels and probabilities (validated as the state's updates)."""
-        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=self.labels)
-        confidence, correct = confidences_and_outcomes(y_index, y_prob, "top-label")
+        y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=self.labels)
+        if y_prob.ndim == 2:
+            scan = scan_matrix(y_prob, y_index, values=values)
+            confidence, correct = without_negative_zero(scan.confidence), scan.correct
+        else:
+            confidence, correct = confidences_and_outcomes(y_index, y_prob, "top-label")
         self.add_scores(confidence, correct)
         return self
 

@@ -19,13 +19,14 @@ import pandas as pd
 from reliacal._validation import check_n_bins, to_numpy
 from reliacal.metrics._dask import dask_state, is_dask_collection
 from reliacal.metrics._inputs import (
-    check_predictions,
+    check_prediction_inputs,
     in_class_order,
     is_pandas_frame,
     rows_shifted,
 )
 from reliacal.metrics._predictions import scan_matrix
 from reliacal.metrics._registry import REPORT_COLUMNS, STREAMABLE, compute, describe
+from reliacal.metrics._sorted import sort_scores
 from reliacal.metrics._streaming import CalibrationState
 from reliacal.metrics._summary import prediction_matrix, summarize
 from reliacal.metrics._sums import MetricSums
@@ -280,15 +281,25 @@ def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_lev
             )
         state = _state_of(y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=True)
         return state.compute(COLUMNS)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    summary = summarize(y_index, y_prob, n_bins)
+    y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
+    # One pass over the matrix (its value checks included), then O(n) work only.
+    summary = summarize(y_index, y_prob, n_bins, values)
     del y_index  # the summary holds it
-    sums = MetricSums.of_summary(summary, keep_samples=True)
     if not bootstrap:
-        # The per-sample scores and labels are summed already: free them before the
-        # quantile and smooth metrics allocate their own O(n) arrays.
+        # One sort serves the uniform and quantile bins, KS and the sweep; the
+        # per-sample scores and labels are summed already: free them before the
+        # smooth metric allocates its own O(n) arrays.
+        log_loss, brier = float(np.sum(summary.log_loss)), float(np.sum(summary.brier))
+        scores, classwise = (summary.confidence, summary.correct), summary.classwise
         del summary
+        confidence, correct = sort_scores(*scores)
+        del scores
+        sums = MetricSums.of_samples(
+            confidence, correct, log_loss, brier, classwise, is_sorted=True
+        )
+        del confidence, correct
         return compute(sums, COLUMNS)
+    sums = MetricSums.of_summary(summary, keep_samples=True)
     row = compute(sums, COLUMNS)
     matrix = prediction_matrix(y_prob)
     n_samples = summary.y_index.shape[0]

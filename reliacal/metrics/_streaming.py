@@ -6,7 +6,7 @@ import numpy as np
 
 from reliacal._validation import check_classwise_bins, check_n_bins
 from reliacal.metrics._binning import BinnedStatistics
-from reliacal.metrics._inputs import check_predictions
+from reliacal.metrics._inputs import check_prediction_inputs
 from reliacal.metrics._refinement import Refinement
 from reliacal.metrics._registry import (
     BY_NAME,
@@ -192,10 +192,10 @@ class CalibrationState:
         CalibrationState
             ``self``.
         """
-        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=self.labels)
+        y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=self.labels)
         one_dimensional = y_prob.ndim == 1
         self._check_form(2 if one_dimensional else y_prob.shape[1], one_dimensional)
-        summary = summarize(y_index, y_prob, self.n_bins)
+        summary = summarize(y_index, y_prob, self.n_bins, values)
         # A histogram state bins the batch's samples as they are merged in.
         keep = self.keep_confidences or self.histogram
         self._add(MetricSums.of_summary(summary, keep_samples=keep), one_dimensional)

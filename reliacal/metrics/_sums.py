@@ -19,6 +19,7 @@ from reliacal.metrics._binning import (
     statistics_from_sums,
     uniform_edges,
     uniform_sums,
+    uniform_sums_of_sorted,
 )
 from reliacal.metrics._calibration_tests import ks_of_sorted, spiegelhalter_sums
 from reliacal.metrics._cells import Cells, Unresolved
@@ -74,12 +75,26 @@ class MetricSums:
 
     @classmethod
     def of_samples(
-        cls, confidence, correct, log_loss, brier, classwise: ClasswiseSums, *, keep_samples=True
+        cls,
+        confidence,
+        correct,
+        log_loss,
+        brier,
+        classwise: ClasswiseSums,
+        *,
+        keep_samples=True,
+        is_sorted=False,
     ) -> MetricSums:
-        """The sums of per-sample values and the classwise sums of the same samples."""
+        """The sums of per-sample values and the classwise sums of the same samples.
+
+        ``log_loss`` and ``brier`` are per-sample terms, or their sums. ``is_sorted``:
+        ``(confidence, correct)`` are in :func:`sort_scores` order (the uniform bins
+        are then found by search, and the sort is kept).
+        """
         n_classes, n_bins = classwise.counts.shape
         sums = cls(n_bins, n_classes, keep_samples=keep_samples)
-        _, counts, sum_confidence, sum_correct = uniform_sums(confidence, correct, n_bins)
+        binning = uniform_sums_of_sorted if is_sorted else uniform_sums
+        _, counts, sum_confidence, sum_correct = binning(confidence, correct, n_bins)
         sums.counts += counts
         sums.sum_confidence += sum_confidence
         sums.sum_correct += sum_correct
@@ -94,6 +109,8 @@ class MetricSums:
         if keep_samples:
             sums.confidences.append(confidence)
             sums.corrects.append(correct)
+            if is_sorted:
+                sums._cache["sorted"] = (confidence, correct)
         return sums
 
     @classmethod

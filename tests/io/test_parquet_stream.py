@@ -142,7 +142,7 @@ def test_memory_is_bounded_by_a_batch(tmp_path):
     del probs
     tracemalloc.start()
     try:
-        state, _ = stream_parquet(path, keep_confidences=False, progress=io.StringIO())
+        state, _ = stream_parquet(path, streamable_only=True, progress=io.StringIO())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
