@@ -66,6 +66,11 @@ class Cells:
         self.n_samples = int(self.count.sum())
         self.single = self.low == self.high
         self.negatives = self.count - self.positives
+        # Per cell, with one entry past the last (the rank n).
+        self._negatives = np.append(self.negatives, 0)
+        self._positives = np.append(self.positives, 0)
+        self._single = np.append(self.single, True)
+        self._low = np.append(self.low, 0.0)
         # Ranks and prefix sums before each cell, with one entry past the last.
         self._ends = np.cumsum(self.count)
         self._starts = np.concatenate([[0], self._ends])
@@ -105,8 +110,7 @@ class Cells:
 
     def _head_positives(self, cell, offset) -> np.ndarray:
         """Positives among the first ``offset`` samples of one-value (or cut-free) cells."""
-        negatives = np.concatenate([self.negatives, [0]])[cell]
-        return np.maximum(offset - negatives, 0)
+        return np.maximum(offset - self._negatives[cell], 0)
 
     def prefix(self, ranks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sums of the confidences and outcomes of the ``r`` first samples, for each rank.
@@ -115,8 +119,7 @@ class Cells:
         where no cell is unresolved.
         """
         cell, offset = self.locate(ranks)
-        value = np.concatenate([self.low, [0.0]])[cell]
-        confidence = self._confidence_before[cell] + offset * value
+        confidence = self._confidence_before[cell] + offset * self._low[cell]
         positives = self._positives_before[cell] + self._head_positives(cell, offset)
         return confidence, positives, self._unresolved(cell, offset)
 
@@ -125,10 +128,7 @@ class Cells:
         cell, offset = self.locate(ranks)
         before = self._positives_before[cell]
         low = before + self._head_positives(cell, offset)
-        most = np.concatenate([self.positives, [0]])[cell]
-        high = before + np.minimum(most, offset)
-        single = np.concatenate([self.single, [True]])[cell]
-        high = np.where(single, low, high)
+        high = np.where(self._single[cell], low, before + np.minimum(self._positives[cell], offset))
         return low, high, self._unresolved(cell, offset)
 
     # Quantile bins --------------------------------------------------------------------

@@ -4,8 +4,8 @@ After the first pass a stream knows its samples as :class:`~reliacal.metrics._ce
 (the buckets of a :class:`~reliacal.metrics._histogram.ScoreHistogram`). The quantile
 bins, the KS error and the monotonic sweep name the cells whose inner order they
 depend on (a cut of the equal-mass bins inside one, a possible maximum of the KS
-curve, an undecided bin count of the sweep); the smooth ECE may need the grids of
-small bandwidths. :func:`refinement_for` plans the next pass: a
+curve, an undecided bin count of the sweep). :func:`refinement_for` plans the next
+pass: a
 :class:`Refinement` collects the samples of the needed cells (each then becomes one
 cell per distinct value, whose order is known) or, for cells too large to hold,
 sums them in ``2**SUB_BITS`` finer cells by the bits of the confidence, so that a
@@ -22,12 +22,7 @@ import numpy as np
 from reliacal.metrics._cells import Cells, Unresolved
 from reliacal.metrics._histogram import N_BUCKETS, bucket_of
 from reliacal.metrics._inputs import check_prediction_inputs
-from reliacal.metrics._predictions import (
-    confidences_and_outcomes,
-    scan_matrix,
-    without_negative_zero,
-)
-from reliacal.metrics._smooth import GridSmoothing, MissingGrid, bisection_grid_sizes, spread_scores
+from reliacal.metrics._predictions import confidences_and_outcomes, row_maxima
 from reliacal.metrics._sorted import score_key, scores_of_key
 
 __all__ = ["RESOLVE_SAMPLES", "SPLIT_CELLS", "SUB_BITS", "Refinement", "refinement_for"]
@@ -87,7 +82,7 @@ class Refinement:
     with :meth:`apply`.
     """
 
-    def __init__(self, cells: Cells, resolve, split, *, small_grids: bool, labels=None):
+    def __init__(self, cells: Cells, resolve, split, *, labels=None):
         resolve = np.asarray(resolve, dtype=np.intp)
         split = np.asarray(split, dtype=np.intp)
         self.labels = labels
@@ -109,7 +104,6 @@ class Refinement:
         self._shift = np.array(
             [max(0, int(span).bit_length() - SUB_BITS) for span in spans], dtype=np.int64
         )
-        self._small_grids = small_grids
         self._start()
 
     def _start(self) -> None:
@@ -117,10 +111,6 @@ class Refinement:
         self.n_seen = 0
         self._keys: list[np.ndarray] = []
         self._sub = None  # finer cells' sums, allocated by the first sample of a split cell
-        self.grids = {}
-        if self._small_grids:
-            _, small = bisection_grid_sizes()
-            self.grids = {size: np.zeros((2, size)) for size in small}
 
     def fresh(self) -> Refinement:
         """A new, empty part of the same pass (for one worker's rows)."""
@@ -143,29 +133,40 @@ class Refinement:
         return self._sub
 
     def update(self, y_true, y_prob) -> Refinement:
-        """Add a batch of labels and probabilities (validated as the state's updates)."""
-        y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=self.labels)
-        if y_prob.ndim == 2:
-            scan = scan_matrix(y_prob, y_index, values=values)
-            confidence, correct = without_negative_zero(scan.confidence), scan.correct
-        else:
-            confidence, correct = confidences_and_outcomes(y_index, y_prob, "top-label")
-        self.add_scores(confidence, correct)
+        """Add a batch of labels and probabilities: the rows of the first pass, again.
+
+        Labels and shapes are checked as the state's updates check them; the
+        probabilities' values were checked by the first pass, whose rows these are
+        (a pass that sees other rows fails :meth:`apply`'s count of the samples). The
+        top label is needed only for rows whose confidence falls in a refined cell:
+        the others cost a row maximum.
+        """
+        y_index, y_prob, _, _ = check_prediction_inputs(y_true, y_prob, labels=self.labels)
+        if y_prob.ndim == 1:
+            self.add_scores(*confidences_and_outcomes(y_index, y_prob, "top-label"))
+            return self
+        confidence = row_maxima(y_prob)
+        self.n_seen += confidence.shape[0]
+        rows = self._candidates(confidence)
+        if rows.shape[0]:
+            correct = np.argmax(y_prob[rows], axis=1) == y_index[rows]
+            self._add_candidates(confidence[rows], correct)
         return self
 
     def add_scores(self, confidence: np.ndarray, outcome: np.ndarray) -> None:
         """Add validated float64 confidences (no ``-0.0``) and boolean outcomes."""
         self.n_seen += confidence.shape[0]
-        if self.grids:
-            residual = confidence - outcome
-            for values in self.grids.values():
-                spread_scores(confidence, residual, values)
+        rows = self._candidates(confidence)
+        if rows.shape[0]:
+            self._add_candidates(confidence[rows], outcome[rows])
+
+    def _candidates(self, confidence: np.ndarray) -> np.ndarray:
+        """The samples whose level-one bucket meets a refined cell."""
         if not self._kind.size:
-            return
-        candidates = np.flatnonzero(self._table[bucket_of(confidence)])
-        if not candidates.size:
-            return
-        confidence, outcome = confidence[candidates], outcome[candidates]
+            return np.zeros(0, dtype=np.intp)
+        return np.flatnonzero(self._table[bucket_of(confidence)])
+
+    def _add_candidates(self, confidence: np.ndarray, outcome: np.ndarray) -> None:
         target = np.searchsorted(self._lows, confidence, side="right") - 1
         inside = (target >= 0) & (confidence <= self._highs[np.maximum(target, 0)])
         confidence, outcome, kind = confidence[inside], outcome[inside], self._kind[target[inside]]
@@ -196,8 +197,6 @@ class Refinement:
                 sums[name] += other._sub[name]
             np.minimum(sums["low"], other._sub["low"], out=sums["low"])
             np.maximum(sums["high"], other._sub["high"], out=sums["high"])
-        for size, values in self.grids.items():
-            values += other.grids[size]
         return self
 
     def _resolved(self) -> Cells:
@@ -230,20 +229,10 @@ class Refinement:
 _FIELDS = ("count", "positives", "sum_confidence", "sum_positive_confidence", "low", "high")
 
 
-def smooth_needs_small_grids(grids: dict[int, np.ndarray]) -> bool:
-    """Whether the smooth ECE's bandwidth search reaches a grid that ``grids`` lack."""
-    try:
-        GridSmoothing(grids).fixed_point_bandwidth()
-    except MissingGrid:
-        return True
-    return False
-
-
-def refinement_for(cells: Cells, grids: dict[int, np.ndarray], n_bins: int) -> Refinement | None:
-    """The next pass that the quantile bins, KS, sweep and smooth ECE need, or None."""
+def refinement_for(cells: Cells, n_bins: int) -> Refinement | None:
+    """The next pass that the quantile bins, KS and the sweep need, or None."""
     needs = needed_cells(cells, n_bins)
-    small_grids = smooth_needs_small_grids(grids)
-    if not needs.size and not small_grids:
+    if not needs.size:
         return None
     resolve, split = plan(cells, needs)
-    return Refinement(cells, resolve, split, small_grids=small_grids)
+    return Refinement(cells, resolve, split)

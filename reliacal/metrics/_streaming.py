@@ -43,25 +43,33 @@ class CalibrationState:
 
     {need_samples}
 
-    With ``histogram=True`` the state keeps, in constant memory, a fine histogram
-    of the confidences (``2**20`` buckets of width ``2**-20``, with each bucket's
-    count, positives, sums and extreme values; about 50 MB) and the smooth ECE's
-    spreading grids, and computes these exactly once further passes over the same
-    data have refined it:
+    With ``histogram=True`` the state keeps instead, in constant memory, a fine
+    histogram of the confidences: ``2**20`` buckets of width ``2**-20``, each with
+    its count, positives, sums of the confidences (over all, over the positives,
+    of their squares) and its least and largest confidence (about 56 MB), from
+    which these follow:
 
     {from_histogram}
 
-    :meth:`refine_with` makes the passes (usually one, more only where a bin cut
-    or a candidate maximum falls among many samples of a single bucket, or where
-    the smooth ECE's bandwidth falls below 0.01); :meth:`refinement` and
-    :meth:`refine` make one at a time, for data spread over workers. A pass
-    collects the samples of the buckets that a quantile cut, a possible maximum of
-    the KS curve or an undecided bin count of the monotonic sweep falls in (at most
-    ``2**23`` samples a pass; larger buckets are split into finer ones first), so
-    that the values equal the one-shot functions up to floating-point summation
-    order, as the sums do. The smooth ECE needs no refinement of the buckets: its
-    grids add up across batches.
+    The quantile bins, the KS error and the monotonic sweep are exact once further
+    passes over the same data have collected the samples of the few buckets whose
+    inner order they depend on: a bucket that a quantile cut falls in, one whose
+    bounds let the KS curve exceed its largest known value, one that a cut of an
+    undecided bin count of the sweep falls in (a bucket of one value needs
+    nothing: its ties are ordered by outcome). :meth:`refine_with` makes the
+    passes, usually one; :meth:`refinement` and :meth:`refine` make one at a time,
+    for data spread over workers. A pass collects at most ``2**23`` samples, and
+    splits larger buckets into finer cells by the bits of the confidence first (a
+    further pass then collects the few that still matter). Their values equal the
+    one-shot functions up to floating-point summation order, as the sums do.
 
+    The smooth ECE needs no further pass: its bandwidth search spreads the samples
+    linearly onto fixed grids, and the samples of a bucket between two grid points
+    spread as the bucket's sums do; the first pass spreads the samples of the few
+    buckets that hold a grid point one by one. It equals the one-shot function up
+    to the rounding of the grid positions: an absolute difference below ``1e-11``
+    (the grids have at most 5,121 points, whose positions carry a relative error
+    of ``2**-52``), unless the bandwidth search meets a tie within that margin.
     Parameters
     ----------
     n_bins : int, default=15

@@ -26,7 +26,7 @@ from reliacal.metrics._cells import Cells, Unresolved
 from reliacal.metrics._histogram import ScoreHistogram
 from reliacal.metrics._predictions import ClasswiseSums
 from reliacal.metrics._refinement import Refinement, refinement_for
-from reliacal.metrics._smooth import GridSmoothing, MissingGrid, smooth_ece_of_scores
+from reliacal.metrics._smooth import GridSmoothing, smooth_ece_of_scores
 from reliacal.metrics._sorted import sort_scores
 from reliacal.metrics._summary import PredictionSummary
 from reliacal.metrics._sweep import sweep_of_sorted
@@ -208,12 +208,8 @@ class MetricSums:
         """The smooth ECE at its fixed-point bandwidth."""
         if self.histogram is None:
             return smooth_ece_of_scores(*self.samples())[0]
-        self.histogram.flush()
-        problem = GridSmoothing(self.histogram.grids)
-        try:
-            return problem.smooth_ece(problem.fixed_point_bandwidth())
-        except MissingGrid:
-            raise NeedsAnotherPass(_ANOTHER_PASS) from None
+        problem = GridSmoothing(self.histogram.grids())
+        return problem.smooth_ece(problem.fixed_point_bandwidth())
 
     def ks_error(self) -> float:
         """The KS calibration error."""
@@ -230,12 +226,11 @@ class MetricSums:
     def refinement(self) -> Refinement | None:
         """The pass over the data that the histogram's metrics need next, or None."""
         self.histogram.flush()
-        return refinement_for(self.cells(), self.histogram.grids, self.n_bins)
+        return refinement_for(self.cells(), self.n_bins)
 
     def refine(self, refinement: Refinement) -> None:
         """Apply a completed :meth:`refinement` pass."""
         self._cells = refinement.apply(self.cells())
-        self.histogram.add_grids(refinement.grids)
         self._cache.clear()
 
 
