@@ -1,5 +1,6 @@
 """The README's Python blocks run as written, so the quick start cannot rot."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -92,3 +93,24 @@ def test_readme_dask_evaluation_runs_as_a_script_on_a_parquet_folder(tmp_path):
         rtol=1e-5,
         atol=1e-9,
     )
+
+
+def _layout_rows() -> dict[str, int]:
+    """Unit -> layer, from the table of the README's Layout section."""
+    layout = README.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in layout.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0].isdigit():
+            for name in re.findall(r"`([\w]+)(?:\.py|/)`", cells[1]):
+                rows[name] = int(cells[0])
+    return rows
+
+
+def test_layout_section_is_the_architecture_tests_layers():
+    spec = importlib.util.spec_from_file_location(
+        "architecture", Path(__file__).with_name("test_architecture.py")
+    )
+    architecture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(architecture)
+    assert _layout_rows() == architecture.LAYER_OF

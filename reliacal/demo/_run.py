@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
-from reliacal.calibrators.scaling import tuned_scaling
+from reliacal.calibrators import calibration_methods, make_calibrator, tuned_scaling
 from reliacal.demo._report import ReportWriter, slug
 from reliacal.metrics import calibration_report, compare, softmax
 
@@ -255,16 +254,26 @@ def _uncalibrated(context: DemoContext) -> np.ndarray:
     return softmax(context.test_logits)
 
 
-def _tuned(estimator: Any) -> Callable[[DemoContext], Any]:
-    """The estimator with its regularisation chosen by cross-validated NLL.
+def _table_method(name: str) -> DemoMethod:
+    """The demo row of method ``name`` of the table of methods, fitted post hoc.
 
-    A quick run takes the middle of the grid instead of searching it.
+    Seeded with the demo's seed; fed the pooled features beside the logits
+    when the method reads them; its regularisation chosen by cross-validated
+    NLL when the table says so (a quick run takes the middle of the grid
+    instead of searching it).
     """
+    method = calibration_methods()[name]
 
     def make(context: DemoContext) -> Any:
-        return tuned_scaling(estimator, quick=context.quick)
+        parameters = {}
+        if method.seeded:
+            parameters["random_state"] = context.random_state
+        if method.reads_features:
+            parameters["n_logits"] = context.calibration_logits.shape[1]
+        estimator = make_calibrator(name, **parameters)
+        return tuned_scaling(estimator, quick=context.quick) if method.tuned else estimator
 
-    return make
+    return DemoMethod(method.demo, post_hoc(make, features=method.reads_features))
 
 
 def _fine_tuned(
@@ -331,16 +340,11 @@ def _director(context: DemoContext) -> Any:
     )
 
 
-# The demo's rows. Adding a method is one line here.
+# The demo's rows: the post-hoc methods of the table of methods that name a demo row, then
+# the methods that train the network. Adding a post-hoc method is a row of the table.
 METHODS: list[DemoMethod] = [
     DemoMethod("Uncalibrated", _uncalibrated),
-    DemoMethod("TemperatureScaling", post_hoc(lambda context: TemperatureScaling())),
-    DemoMethod("VectorScaling", post_hoc(_tuned(VectorScaling()))),
-    DemoMethod("MatrixScaling (ODIR)", post_hoc(_tuned(MatrixScaling()))),
-    DemoMethod(
-        "AdaptiveTS",
-        post_hoc(lambda c: AdaptiveTS(n_logits=10, random_state=c.random_state), features=True),
-    ),
+    *(_table_method(name) for name, method in calibration_methods().items() if method.demo),
     DemoMethod("CalAttn", _fine_tuned(_calattn, _without_post_hoc)),
     DemoMethod("CalAttn + TS", _fine_tuned(_calattn)),
     DemoMethod("DIRECTOR (10 paths)", _fine_tuned(_director)),

@@ -15,6 +15,8 @@ columns, their order and names), decided on the first batch and then fixed.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,11 +86,40 @@ def _columns(path: Path, frame, probs_key, labels_key, classes) -> _Columns:
     return _Columns(table.label_column, table.columns, classes, table.description)
 
 
+@contextmanager
+def _named_in_errors(file: Path, root: Path) -> Iterator[None]:
+    """Name ``file`` in pyarrow's errors about it: a junk or damaged file in a folder.
+
+    pyarrow's messages ("Parquet magic bytes not found in footer") do not say
+    which file of a folder they are about.
+    """
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as error:
+        shown = file.relative_to(root.parent) if root.is_dir() else Path(file.name)
+        raise ValueError(f"{shown} is not a readable parquet file: {error}") from None
+
+
+def _frames(file: Path, root: Path, batch_rows: int) -> Iterator:
+    """The batches of rows of one parquet file, as DataFrames; pyarrow's errors name the file."""
+    import pyarrow.parquet as pq
+
+    with _named_in_errors(file, root):
+        # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
+        # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
+        # at most 1 MiB keep it to about one row group's columns.
+        with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
+            for batch in handle.iter_batches(batch_size=batch_rows):
+                yield batch.to_pandas()
+
+
 class _Reader:
     """The batches of parquet files as ``(labels, values)``, read again on every pass."""
 
-    def __init__(self, files, *, probs_key, labels_key, logits, classes, batch_rows):
-        self.files = files
+    def __init__(self, files, root, *, probs_key, labels_key, logits, classes, batch_rows):
+        self.files, self.root = files, root
         self.probs_key, self.labels_key = probs_key, labels_key
         self.logits, self.classes = logits, classes
         self.batch_rows = batch_rows
@@ -99,41 +130,45 @@ class _Reader:
 
         A ``ValueError`` names the file and, where the values look like logits, says so.
         """
-        import pyarrow.parquet as pq
-
         from reliacal._validation import check_logits
-        from reliacal.io._prediction_files import _explain_not_probabilities
+        from reliacal.io._columns import names_logits
+        from reliacal.io._prediction_files import (
+            _explain_not_probabilities,
+            warn_if_probabilities,
+        )
 
         for file in self.files:
-            # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
-            # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
-            # at most 1 MiB keep it to about one row group's columns.
-            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
-                for batch in handle.iter_batches(batch_size=self.batch_rows):
-                    frame = batch.to_pandas()
-                    if self.columns is None:
-                        self.columns = _columns(
-                            file, frame, self.probs_key, self.labels_key, self.classes
-                        )
-                    if start is not None:
-                        start(self.columns)
-                        start = None
-                    columns = self.columns
-                    values = frame[columns.value_columns].to_numpy(dtype=np.float64)
-                    if len(columns.value_columns) == 1:
-                        values = values[:, 0]
-                    labels = frame[columns.label_column].to_numpy()
-                    del frame
-                    try:
-                        if self.logits:
-                            values = softmax(check_logits(values, name="logits"))
-                        consume(labels, values)
-                    except ValueError as error:
-                        message = _explain_not_probabilities(
-                            error, values, columns.value_columns, self.logits
-                        )
-                        raise ValueError(f"{file.name}: {message}") from None
-                    bar.update(batch.num_rows)
+            for frame in _frames(file, self.root, self.batch_rows):
+                first = self.columns is None
+                if first:
+                    self.columns = _columns(
+                        file, frame, self.probs_key, self.labels_key, self.classes
+                    )
+                    # Columns logit_0, logit_1, ... hold logits, as their names say.
+                    named_logits = not self.logits and names_logits(self.columns.value_columns)
+                    self.logits = self.logits or named_logits
+                if start is not None:
+                    start(self.columns)
+                    start = None
+                columns = self.columns
+                values = frame[columns.value_columns].to_numpy(dtype=np.float64)
+                if len(columns.value_columns) == 1:
+                    values = values[:, 0]
+                if first and named_logits:
+                    warn_if_probabilities(file, values, columns.description)
+                labels = frame[columns.label_column].to_numpy()
+                n_rows = len(frame)
+                del frame
+                try:
+                    if self.logits:
+                        values = softmax(check_logits(values, name="logits"))
+                    consume(labels, values)
+                except ValueError as error:
+                    message = _explain_not_probabilities(
+                        error, values, columns.value_columns, self.logits
+                    )
+                    raise ValueError(f"{file.name}: {message}") from None
+                bar.update(n_rows)
 
 
 def _progress_bar(total: int, name: str, progress):
@@ -141,11 +176,12 @@ def _progress_bar(total: int, name: str, progress):
 
     # progress=None: a bar on stderr only when it is a terminal (tqdm's disable=None).
     # A given file (a log) gets every update; a terminal at most 10 a second.
-    options = (
-        {"disable": None, "file": sys.stderr}
-        if progress is None
-        else {"file": progress, "mininterval": 0}
-    )
+    if progress is False:
+        options = {"disable": True}
+    elif progress is None:
+        options = {"disable": None, "file": sys.stderr}
+    else:
+        options = {"file": progress, "mininterval": 0}
     return tqdm(total=total, unit="row", unit_scale=True, desc=name, leave=False, **options)
 
 
@@ -179,9 +215,9 @@ def stream_parquet(
         (usually once more); memory stays constant either way.
     batch_rows : int, default=65536
         Rows per batch.
-    progress : file-like or None
+    progress : file-like, None or False, default=None
         Where the progress bar goes (one bar per pass); None: stderr, when it is a
-        terminal.
+        terminal; False: no bar.
 
     Returns
     -------
@@ -212,18 +248,23 @@ def stream_parquet(
     files = parquet_files(path)
     # Schemas and row counts from the footers alone: one file open at a time, since a
     # Spark or Dask folder can hold more parts than the process may open at once.
-    names = pq.read_schema(files[0]).names
-    for file in files[1:]:
-        if pq.read_schema(file).names != names:
+    total = 0
+    for file in files:
+        with _named_in_errors(file, path):
+            schema = pq.read_schema(file).names
+            total += pq.read_metadata(file).num_rows
+        if file == files[0]:
+            names = schema
+        elif schema != names:
             raise ValueError(
                 f"{file.name} has other columns than {files[0].name}: every file of "
                 f"{path.name} must have the same columns"
             )
-    total = sum(pq.read_metadata(file).num_rows for file in files)
     if total == 0:
         raise ValueError(f"{path.name} has no rows")
     reader = _Reader(
         files,
+        path,
         probs_key=probs_key,
         labels_key=labels_key,
         logits=logits,
@@ -247,7 +288,7 @@ def stream_parquet(
         with _progress_bar(total, f"{path.name} (pass {passes})", progress) as bar:
             reader.feed(refinement.update, bar)
         state.refine(refinement)
-    columns = reader.columns
+    columns, logits = reader.columns, reader.logits
     kind = "logits" if logits else "probabilities"
     source = f"{path.name}: {kind} from {columns.description}"
     source += " (softmax applied)" if logits else ""
