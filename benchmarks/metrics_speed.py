@@ -255,7 +255,9 @@ def report_section(args, ours: dict, baseline: dict | None) -> str:
         + ", ".join(f"{name} {run['load']:.1f}" for name, run in columns)
         + " (2 shared cores: the times move with the load, the ratios much less).",
         "",
-        "| contender | " + " | ".join(f"{name} median s | {name} / floor" for name, _ in columns),
+        "| contender | "
+        + " | ".join(f"{name} median s | {name} / floor" for name, _ in columns)
+        + " |",
         "|---|" + "---:|---:|" * len(columns),
     ]
     for contender in ours["median"]:
