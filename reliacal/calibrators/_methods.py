@@ -156,6 +156,7 @@ _TABLE = (
         "structured",
         "StructuredVectorScaling: temperature scaling, then a scale and an intercept per class "
         "under size-scaled ridge penalties",
+        demo="StructuredVectorScaling",
     ),
     CalibrationMethod(
         "sms",
@@ -163,6 +164,7 @@ _TABLE = (
         "structured",
         "StructuredMatrixScaling: temperature scaling, then a linear map of the logits under "
         "size-scaled ridge penalties",
+        demo="StructuredMatrixScaling",
     ),
     CalibrationMethod(
         "platt",

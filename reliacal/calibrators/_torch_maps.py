@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from reliacal.export import one_vs_rest_log_odds, one_vs_rest_probabilities
+
 __all__ = [
     "InterpolationMaps",
     "OneVsRestMap",
@@ -25,31 +27,9 @@ __all__ = [
     "VennAbersMaps",
 ]
 
-# +-log(1 / tiny) of float64: the clip of the numpy one-vs-rest log-odds.
-_LOG_ODDS_LIMIT = float(-np.log(np.finfo(np.float64).tiny))
-
 
 def _tensor(values) -> torch.Tensor:
     return torch.as_tensor(np.array(values, dtype=np.float64))
-
-
-def one_vs_rest_log_odds(logits: torch.Tensor) -> torch.Tensor:
-    """``log p_k - log(1 - p_k)`` of ``softmax(logits)``, computed as the numpy calibrators do.
-
-    >>> one_vs_rest_log_odds(torch.tensor([[0.0, 2.0], [1.0, 1.0]], dtype=torch.float64))
-    tensor([[-2.,  2.],
-            [ 0.,  0.]], dtype=torch.float64)
-    """
-    top = torch.argmax(logits, dim=1, keepdim=True)
-    columns = torch.arange(logits.shape[1], device=logits.device)[None, :]
-    is_top = columns == top
-    shifted = logits - torch.gather(logits, 1, top)
-    others = torch.where(is_top, torch.zeros_like(shifted), torch.exp(shifted))
-    rest = others.sum(dim=1, keepdim=True)
-    # The top class's complement is the rest itself (1 - p would round to 0).
-    complement = torch.where(is_top, rest.expand_as(others), (1.0 + rest) - others)
-    log_odds = shifted - torch.log(complement)
-    return torch.clamp(log_odds, -_LOG_ODDS_LIMIT, _LOG_ODDS_LIMIT)
 
 
 class StructuredScalingMap(nn.Module):
@@ -97,14 +77,7 @@ class OneVsRestMap(nn.Module):
         scores = one_vs_rest_log_odds(logits.to(torch.float64))
         if self.binary:
             scores = scores[:, 1:]
-        mapped = torch.clamp(self.maps(scores), 0.0, 1.0)
-        if self.binary:
-            return torch.cat([1.0 - mapped, mapped], dim=1)
-        totals = mapped.sum(dim=1, keepdim=True)
-        empty = totals == 0
-        mapped = torch.where(empty, torch.ones_like(mapped), mapped)
-        totals = torch.where(empty, torch.full_like(totals, mapped.shape[1]), totals)
-        return mapped / totals
+        return one_vs_rest_probabilities(self.maps(scores), self.binary)
 
 
 class QuadraticMaps(nn.Module):

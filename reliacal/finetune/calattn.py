@@ -93,8 +93,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         ``"concat"`` is an error.
     hidden : int, default=128
         Width of the head's hidden layer; 128 is the paper's.
-    base_loss : {"ce", "label_smoothing", "brier", "focal", "flsd53", \
-"dual_focal", "mmce"} or callable, default="ce"
+    base_loss : {"ce", "label_smoothing", "brier", "focal", "flsd53", "dual_focal", "mmce"} or callable, default="ce"
         Loss on the calibrated logits (see :func:`reliacal.finetune.losses.get_base_loss`);
         a callable maps ``(logits (B, K), target (B,))`` to a scalar tensor.
     lambda_brier : float, default=0.1
@@ -140,9 +139,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         loss, highest accuracy). NLL, not the paper's ECE, because the lowest
         ECE tends to keep an earlier, less accurate epoch
         (``benchmarks/results/decisions.md#calattn-selection-metric``).
-    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, \
-grad_clip_norm, validation_fraction, n_iter_no_change, \
-mixed_precision, checkpoint_dir, device, verbose
+    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, grad_clip_norm, validation_fraction, n_iter_no_change, mixed_precision, checkpoint_dir, device, verbose
         Training settings, as in :class:`reliacal.training.TrainingConfig`
         (``optimizer`` is ``"adamw"``, ``"adam"`` or ``"sgd"``: SGD with
         Nesterov momentum 0.9). ``checkpoint_dir`` makes an interrupted

@@ -222,7 +222,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
     accuracy_margin : float, default=0.02
         At the end of ``fit`` the student's validation accuracy (of the kept
         checkpoint, ``n_draws`` paths) is compared with the teacher's on the
-        same held-out rows; a :class:`StudentBelowTeacherWarning` says what to
+        same held-out rows; a ``StudentBelowTeacherWarning`` says what to
         change when it is lower by more than this (0.02 = 2 points). Nothing
         is compared with ``validation_fraction=0``.
     n_iter_no_change : int or None, default=None

@@ -99,8 +99,9 @@ class TrainingConfig:
         exists, :func:`fit_module` resumes from it (a finished run returns at
         once). Use a fresh directory for a new run. Each write is atomic and
         records the file's SHA-256; a damaged file is refused, never resumed.
-    device : str, default="auto"
-        Passed to :func:`reliacal._device.resolve_device`.
+    device : str or torch.device, default="auto"
+        Where the module trains: ``"auto"`` picks CUDA when a GPU is visible,
+        else the CPU; asking for CUDA on a machine without one is a ``ValueError``.
     verbose : int or bool, default=0
         0 (False) silent, 1 (True) a progress bar over epochs, 2 also one over batches.
     random_state : int or None, default=None
