@@ -116,9 +116,10 @@ def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streamable-only",
         action="store_true",
-        help="report only the metrics computed from per-bin sums (constant memory on any "
-        "number of rows; no adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or "
-        "smooth every confidence)",
+        help="report only the metrics computed from per-bin sums, in one read (no "
+        "adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or smooth every "
+        "confidence: for a parquet file or folder the full report keeps a fine histogram "
+        "of them and reads the rows again, in constant memory too)",
     )
 
 
@@ -406,7 +407,7 @@ def _stream(arguments: argparse.Namespace, name: str) -> dict:
         arguments.predictions,
         n_bins=arguments.n_bins,
         classes=arguments.classes,
-        keep_confidences=not arguments.streamable_only,
+        streamable_only=arguments.streamable_only,
         progress=None if arguments.progress.enabled else False,
         **_reading_options(arguments),
     )
