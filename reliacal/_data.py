@@ -13,34 +13,45 @@ extraction see a single form.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import joblib.hashing
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import (
     DataLoader,
     Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
+    SequentialSampler,
     Subset,
+    SubsetRandomSampler,
     TensorDataset,
+    WeightedRandomSampler,
 )
 from torch.utils.data._utils.collate import default_collate
 
-from reliacal._validation import DEFAULT_LABEL_KEY
+from reliacal._validation import DEFAULT_LABEL_KEY, warn_at_caller
 
 __all__ = [
     "ACCEPTED_FORMS",
     "DEFAULT_LABEL_KEY",
     "MISSING_LABEL",
     "as_dataset",
+    "check_column_indices",
+    "check_every_row_once",
     "check_label_key",
     "check_ordered",
+    "check_training_loader",
     "collate_fn_of",
     "dataset_labels",
+    "fingerprint",
     "make_loader",
+    "prediction_batches",
     "split_batch",
 ]
 
@@ -162,18 +173,34 @@ class _SplittingCollate:
         return split_batch(self.collate_fn(items), self.label_key)
 
 
+# Samplers whose order the caller cannot know (a shuffling DistributedSampler too).
+_SHUFFLING_SAMPLERS = (RandomSampler, SubsetRandomSampler, WeightedRandomSampler)
+
+
+def _samplers_of(loader: DataLoader) -> list[Any]:
+    """The loader's sampler and, when it differs, the one its batch sampler wraps."""
+    samplers = [loader.sampler]
+    inner = getattr(loader.batch_sampler, "sampler", None)
+    if inner is not None and inner is not loader.sampler:
+        samplers.append(inner)
+    return samplers
+
+
 def check_ordered(X: Any) -> None:
     """Refuse a shuffling DataLoader where rows are returned in the data's order.
 
     Predictions follow the order in which the data is read; a loader that
     shuffles gives an order the caller cannot recover, so the rows could not
-    be matched with their inputs. Anything that is not a DataLoader passes.
+    be matched with their inputs. Anything that is not a DataLoader passes;
+    so does a loader whose sampler is a fixed sequence of indices (a list, a
+    ``SequentialSampler``, a ``DistributedSampler`` without shuffling).
 
     Raises
     ------
     ValueError
-        ``X`` is a DataLoader with ``shuffle=True`` (a ``RandomSampler``) or a
-        shuffling ``DistributedSampler``.
+        ``X`` is a DataLoader with ``shuffle=True`` (a ``RandomSampler``), a
+        ``SubsetRandomSampler``, a ``WeightedRandomSampler`` or a shuffling
+        ``DistributedSampler``.
 
     Examples
     --------
@@ -188,9 +215,8 @@ def check_ordered(X: Any) -> None:
     """
     if not isinstance(X, DataLoader):
         return
-    samplers = [X.sampler, getattr(X.batch_sampler, "sampler", None)]
-    for sampler in samplers:
-        shuffles = isinstance(sampler, RandomSampler) or (
+    for sampler in _samplers_of(X):
+        shuffles = isinstance(sampler, _SHUFFLING_SAMPLERS) or (
             isinstance(sampler, DistributedSampler) and sampler.shuffle
         )
         if shuffles:
@@ -199,6 +225,136 @@ def check_ordered(X: Any) -> None:
                 "an order that cannot be matched with the inputs; pass a DataLoader with "
                 "shuffle=False (or its dataset)"
             )
+
+
+def _sized_length(values: Any) -> int | None:
+    try:
+        return len(values)
+    except TypeError:
+        return None
+
+
+def check_every_row_once(X: Any) -> None:
+    """Refuse a DataLoader that would not return each row its sampler names exactly once.
+
+    Prediction and scoring iterate a DataLoader as given (its sampler, batch
+    size and ``collate_fn``), so that a ``DistributedSampler`` gives this
+    process's shard and a list of indices gives those rows. Two settings
+    would make the result silently miss or repeat rows: ``drop_last=True``
+    when the last batch is incomplete, and sampling with replacement.
+    Anything that is not a DataLoader passes.
+
+    Raises
+    ------
+    ValueError
+        ``drop_last=True`` with a last batch that would be dropped (or a
+        sampler whose length is unknown), or a ``RandomSampler`` /
+        ``WeightedRandomSampler`` with ``replacement=True``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> data = TensorDataset(torch.zeros(10, 2), torch.zeros(10, dtype=torch.long))
+    >>> check_every_row_once(DataLoader(data, batch_size=5, drop_last=True))  # drops nothing
+    >>> check_every_row_once(DataLoader(data, batch_size=4, drop_last=True))
+    Traceback (most recent call last):
+    ...
+    ValueError: the DataLoader has drop_last=True: the last 2 of its 10 rows would get no ...
+    """
+    if not isinstance(X, DataLoader):
+        return
+    for sampler in _samplers_of(X):
+        if isinstance(sampler, RandomSampler | WeightedRandomSampler) and sampler.replacement:
+            raise ValueError(
+                f"the DataLoader's sampler ({type(sampler).__name__}) draws rows with "
+                "replacement: some rows would be predicted twice and others never; pass a "
+                "DataLoader that reads each row once (shuffle=False, or its dataset)"
+            )
+    batch_sampler = X.batch_sampler
+    drop_last = bool(getattr(batch_sampler, "drop_last", X.drop_last))
+    if not drop_last:
+        return
+    batch_size = getattr(batch_sampler, "batch_size", X.batch_size)
+    n_rows = _sized_length(getattr(batch_sampler, "sampler", X.sampler))
+    if n_rows is None or not batch_size:
+        dropped = "its last incomplete batch would be dropped"
+    elif n_rows % batch_size:
+        dropped = f"the last {n_rows % batch_size} of its {n_rows} rows would get no prediction"
+    else:
+        return
+    raise ValueError(
+        f"the DataLoader has drop_last=True: {dropped}; pass a DataLoader with "
+        "drop_last=False (or its dataset)"
+    )
+
+
+def check_training_loader(X: Any, batch_size: int) -> None:
+    """Check a DataLoader given to a ``fit`` that batches the loader's dataset itself.
+
+    The training loop reads every row of the loader's dataset (through its
+    ``collate_fn``) in shuffled batches of the estimator's ``batch_size``,
+    split between the processes under DDP. A sampler that selects or weights
+    rows would be ignored, so it is refused; a batch size that differs from
+    the estimator's is used at prediction only, which a warning says.
+    Anything that is not a DataLoader passes.
+
+    Raises
+    ------
+    ValueError
+        The loader's sampler (or batch sampler) does not read each row of
+        its dataset once: a ``SubsetRandomSampler``, a
+        ``WeightedRandomSampler``, a list of some indices.
+
+    Warns
+    -----
+    UserWarning
+        The loader's ``batch_size`` (or its custom ``batch_sampler``) is not
+        the estimator's ``batch_size``.
+    """
+    if not isinstance(X, DataLoader) or isinstance(X.dataset, IterableDataset):
+        return
+    samplers = _samplers_of(X)
+    if not any(isinstance(sampler, DistributedSampler) for sampler in samplers):
+        # A DistributedSampler shards what the loop shards itself; any other sampler must
+        # name every row once, in whatever order (the loop shuffles anyway).
+        custom_batches = X.batch_size is None
+        reader = X.batch_sampler if custom_batches else X.sampler
+        if not isinstance(reader, SequentialSampler | RandomSampler) or (
+            isinstance(reader, RandomSampler) and reader.replacement
+        ):
+            n_rows = len(X.dataset)
+            # A sampler may draw from torch's generator: reading it here must not shift
+            # the caller's random stream.
+            with torch.random.fork_rng(devices=[]):
+                if custom_batches:
+                    rows = np.fromiter((i for batch in reader for i in batch), dtype=np.int64)
+                else:
+                    rows = np.fromiter(iter(reader), dtype=np.int64)
+            counts = np.bincount(rows, minlength=n_rows) if rows.size else np.zeros(n_rows)
+            if len(counts) != n_rows or not np.all(counts == 1):
+                distinct = int(np.count_nonzero(counts[:n_rows]))
+                repeated = ", some more than once" if np.any(counts > 1) else ""
+                raise ValueError(
+                    f"fit trains on every row of the DataLoader's dataset in batches of its "
+                    f"own, but the loader's sampler ({type(reader).__name__}) reads "
+                    f"{distinct} of its {n_rows} rows{repeated}: pass the rows to train on as "
+                    "a torch.utils.data.Subset of the dataset, in a DataLoader without a "
+                    "sampler"
+                )
+    if X.batch_size is None:
+        given = f"its batch_sampler ({type(X.batch_sampler).__name__})"
+    elif X.batch_size != batch_size:
+        given = f"its batch_size={X.batch_size}"
+    else:
+        return
+    warn_at_caller(
+        f"fit batches the DataLoader's dataset itself, in shuffled batches of "
+        f"batch_size={batch_size} (the estimator's): the loader's collate_fn is kept, "
+        f"{given} is used at prediction only. Set the estimator's batch_size to train at "
+        "the loader's batch size",
+        UserWarning,
+    )
 
 
 class _ArrayDataset(Dataset):
@@ -503,6 +659,88 @@ def make_loader(
     )
 
 
+def prediction_batches(
+    X: Any,
+    batch_size: int,
+    *,
+    label_key: str = DEFAULT_LABEL_KEY,
+    ordered: bool = True,
+    require_labels: bool = False,
+) -> Iterable[tuple[Any, Any]]:
+    """``(inputs, labels)`` batches to predict on or score, checked before the first batch.
+
+    A DataLoader is iterated as given: its sampler (a ``DistributedSampler``
+    gives this process's shard), its batch size and its ``collate_fn``;
+    ``batch_size`` then has no effect. Arrays, dicts of arrays and Datasets
+    go through :func:`as_dataset` and are read in order, ``batch_size`` rows
+    at a time.
+
+    Parameters
+    ----------
+    X : array-like, dict of arrays, Dataset or DataLoader
+        Any form :func:`as_dataset` accepts.
+    batch_size : int
+        Rows per batch of a form other than a DataLoader.
+    label_key : str, default="labels"
+        Key of the labels in mapping items and batches.
+    ordered : bool, default=True
+        Refuse a shuffling loader (:func:`check_ordered`): predictions must
+        come in an order the caller knows. Scoring pairs each prediction with
+        the label of its own batch and passes False.
+    require_labels : bool, default=False
+        Refuse mappings without ``label_key`` (scoring needs labels).
+
+    Returns
+    -------
+    iterable of (inputs, labels)
+        ``labels`` are :data:`MISSING_LABEL` where the data has none; its
+        length is the loader's (when the loader has one).
+
+    Raises
+    ------
+    ValueError
+        Empty data, items in none of the accepted forms, a loader that
+        shuffles (with ``ordered``) or cannot return each of its rows once
+        (:func:`check_every_row_once`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import torch
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> loader = DataLoader(TensorDataset(torch.arange(6.0), torch.arange(6)), batch_size=4,
+    ...                     sampler=[5, 0, 3])
+    >>> [labels.tolist() for _, labels in prediction_batches(loader, 64)]
+    [[5, 0, 3]]
+    >>> [len(x) for x, _ in prediction_batches(np.zeros((5, 2)), 2)]
+    [2, 2, 1]
+    """
+    if isinstance(X, DataLoader):
+        if ordered:
+            check_ordered(X)
+        check_every_row_once(X)
+        as_dataset(X, require_y=require_labels, label_key=label_key)  # its form and size
+        loader = X
+    else:
+        dataset, _ = as_dataset(X, require_y=require_labels, label_key=label_key)
+        loader = make_loader(dataset, batch_size)
+    return _SplitBatches(loader, label_key, require_labels)
+
+
+class _SplitBatches:
+    """A loader's batches as ``(inputs, labels)`` pairs, with the loader's length (for tqdm)."""
+
+    def __init__(self, loader: Any, label_key: str, require_labels: bool) -> None:
+        self.loader, self.label_key, self.require_labels = loader, label_key, require_labels
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for batch in self.loader:
+            yield split_batch(batch, self.label_key, require_labels=self.require_labels)
+
+
 def _labels_to_numpy(parts: list[Any]) -> np.ndarray:
     if all(isinstance(part, torch.Tensor) for part in parts):
         return torch.cat([part.reshape(-1).cpu() for part in parts]).numpy()
@@ -510,6 +748,58 @@ def _labels_to_numpy(parts: list[Any]) -> np.ndarray:
     for part in parts:
         values.extend(part.tolist() if hasattr(part, "tolist") else list(part))
     return np.asarray(values)
+
+
+def check_column_indices(labels: Any, n_classes: int, where: str) -> None:
+    """Refuse labels that are not integer column indices ``0..n_classes - 1``.
+
+    A Dataset or DataLoader yields labels as the model's column indices
+    (``classes`` only names the columns); anything else, Hugging Face's
+    ignore index -100 among them, would fail deep inside the loss or be
+    scored against the wrong column. ``labels`` is an array, a tensor (a
+    batch, checked where it lies) or the list ``default_collate`` makes of
+    strings; ``where`` names the data in the message.
+
+    Raises
+    ------
+    ValueError
+        Labels that are not integers, or outside ``0..n_classes - 1``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> check_column_indices(torch.tensor([0, 2, 1]), 3, "the training data")
+    >>> check_column_indices(torch.tensor([0, -100]), 3, "the training data")
+    Traceback (most recent call last):
+    ...
+    ValueError: the training data must yield labels that are column indices 0..2 of the ...
+    """
+    if isinstance(labels, torch.Tensor):
+        integral = not (labels.is_floating_point() or labels.is_complex())
+        if integral and labels.dtype != torch.bool:
+            if labels.numel() == 0 or (int(labels.min()) >= 0 and int(labels.max()) < n_classes):
+                return
+        labels = labels.detach().cpu().numpy()
+    labels = np.asarray(labels)
+    valid = labels.dtype.kind in "iu" and (
+        labels.size == 0 or (labels.min() >= 0 and labels.max() < n_classes)
+    )
+    if valid:
+        return
+    try:
+        examples = np.unique(labels)[:5].tolist()
+    except TypeError:  # labels of mixed types do not sort
+        examples = list(dict.fromkeys(labels.tolist()))[:5]
+    hint = ""
+    if labels.dtype.kind in "iu" and bool(np.any(labels == -100)):
+        hint = (
+            " (-100 is Hugging Face's index of tokens to ignore, not a class: drop those rows "
+            "or give them their class)"
+        )
+    raise ValueError(
+        f"{where} must yield labels that are column indices 0..{n_classes - 1} of the "
+        f"model's outputs; got values such as {examples}{hint}"
+    )
 
 
 def dataset_labels(
@@ -561,3 +851,96 @@ def dataset_labels(
     if not parts:
         raise ValueError("the data is empty: no labels to read")
     return _labels_to_numpy(parts)
+
+
+# Fingerprints -------------------------------------------------------------------------------
+
+
+def _tensor_digest(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], str]:
+    """``(dtype, shape, digest of the bytes)`` of a tensor, wherever it lies."""
+    tensor = tensor.detach().cpu().contiguous()
+    digest = hashlib.blake2b(tensor.reshape(-1).view(torch.uint8).numpy(), digest_size=20)
+    return str(tensor.dtype), tuple(tensor.shape), digest.hexdigest()
+
+
+class _ContentHasher(joblib.hashing.NumpyHasher):
+    """joblib's hasher (arrays by content; dicts and sets in a stable order), tensors included.
+
+    Pickling a tensor writes the address of its storage, which differs between
+    processes; the digest of its content, pickled in its place, does not.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return _tensor_content, _tensor_digest(obj)
+        return NotImplemented
+
+
+def _tensor_content(dtype: str, shape: tuple[int, ...], digest: str) -> None:
+    """Stands for a tensor in a fingerprint (never called: nothing is unpickled)."""
+
+
+def _sampler_description(sampler: Any) -> Any:
+    """What a (batch) sampler reads: its kind when it draws at random, else its indices."""
+    if isinstance(sampler, SequentialSampler):
+        return ("sequential", len(sampler))
+    inner = getattr(sampler, "sampler", None)
+    drawn = isinstance(sampler, _SHUFFLING_SAMPLERS) or (
+        isinstance(sampler, DistributedSampler) and sampler.shuffle
+    )
+    if drawn or isinstance(inner, _SHUFFLING_SAMPLERS):
+        # A new order on every pass: only the kind and the size are fixed.
+        return ("drawn", type(sampler).__qualname__, _sized_length(sampler))
+    if isinstance(inner, SequentialSampler):
+        batch_size = getattr(sampler, "batch_size", None)
+        return ("batches", len(inner), batch_size, getattr(sampler, "drop_last", None))
+    with torch.random.fork_rng(devices=[]):  # reading it leaves the caller's stream alone
+        return ("indices", list(sampler))
+
+
+def _fingerprinted(value: Any) -> Any:
+    """``value`` in the form that is hashed: networks by their weights, loaders by their reads."""
+    if isinstance(value, nn.Module):
+        kind = (type(value).__module__, type(value).__qualname__)
+        return ("module", kind, list(value.state_dict().items()))
+    if isinstance(value, DataLoader):
+        reads = None
+        if not isinstance(value.dataset, IterableDataset):
+            reads = _sampler_description(value.batch_sampler)
+        return ("loader", value.dataset, reads, value.batch_size, value.collate_fn)
+    return value
+
+
+def fingerprint(value: Any) -> str:
+    """A digest of data or a network's weights, equal in any process for equal content.
+
+    Arrays and tensors are hashed by their dtype, shape and bytes; a network
+    (``nn.Module``) by its class and every entry of its ``state_dict``; a
+    DataLoader by its dataset, the rows its sampler reads (a shuffling one by
+    its kind alone) and its ``collate_fn``; anything else (a Dataset, a dict)
+    by its pickled state, the tensors and arrays inside it by content. A
+    lazily loaded dataset (files on disk) is therefore fingerprinted by its
+    file list and transforms, not by the files' contents.
+
+    Used to recognise the data and the network a checkpoint was written for,
+    and the backbone outputs that ``memory=`` caches.
+
+    Raises
+    ------
+    TypeError, pickle.PicklingError, AttributeError
+        When ``value`` holds something that cannot be pickled (a lambda, a
+        class defined inside a function, an open file).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import torch
+    >>> fingerprint(torch.arange(3.0)) == fingerprint(torch.arange(3.0))
+    True
+    >>> fingerprint(torch.arange(3.0)) == fingerprint(torch.arange(3.0).flip(0))
+    False
+    >>> dataset, _ = as_dataset(np.zeros((4, 2)), [0, 1, 0, 1])
+    >>> fingerprint(dataset) == fingerprint(as_dataset(np.zeros((4, 2)), [1, 0, 0, 1])[0])
+    False
+    """
+    return _ContentHasher(hash_name="sha1").hash(_fingerprinted(value))

@@ -155,3 +155,70 @@ def test_collate_fn_survives_a_subset_split():
     assert torch.equal(x, torch.ones(2, 2))
     np.testing.assert_array_equal(dataset_labels(part), [4, 1])
     assert collate_fn_of(TensorDataset(torch.zeros(2))) is None
+
+
+# Loaders that cannot return each of their rows once ------------------------------------------
+
+
+def _pairs(n=10):
+    return TensorDataset(torch.arange(float(n))[:, None], torch.arange(n) % 2)
+
+
+def test_drop_last_is_refused_only_when_it_drops_rows():
+    from reliacal._data import check_every_row_once
+
+    with pytest.raises(ValueError, match=r"drop_last=True.*last 2 of its 10 rows"):
+        check_every_row_once(DataLoader(_pairs(), batch_size=4, drop_last=True))
+    check_every_row_once(DataLoader(_pairs(), batch_size=5, drop_last=True))  # drops none
+    check_every_row_once(DataLoader(_pairs(), batch_size=4))
+    # A custom batch sampler with drop_last counts too.
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    batches = BatchSampler(SequentialSampler(range(10)), batch_size=3, drop_last=True)
+    with pytest.raises(ValueError, match="drop_last=True"):
+        check_every_row_once(DataLoader(_pairs(), batch_sampler=batches))
+
+
+def test_sampling_with_replacement_is_refused():
+    from torch.utils.data import RandomSampler, WeightedRandomSampler
+
+    from reliacal._data import check_every_row_once
+
+    data = _pairs()
+    for sampler in (
+        RandomSampler(data, replacement=True),
+        WeightedRandomSampler([1.0] * 10, num_samples=10),
+    ):
+        with pytest.raises(ValueError, match=rf"{type(sampler).__name__}.*with replacement"):
+            check_every_row_once(DataLoader(data, sampler=sampler))
+    check_every_row_once(DataLoader(data, shuffle=True))  # every row once, in some order
+
+
+def test_random_subset_and_weighted_samplers_count_as_shuffling():
+    from torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
+
+    from reliacal._data import check_ordered
+
+    data = _pairs()
+    for sampler in (SubsetRandomSampler([0, 1, 2]), WeightedRandomSampler([1.0] * 10, 10, False)):
+        with pytest.raises(ValueError, match=rf"shuffles \({type(sampler).__name__}\)"):
+            check_ordered(DataLoader(data, sampler=sampler))
+    check_ordered(DataLoader(data, sampler=[4, 2, 0]))  # a fixed order the caller knows
+
+
+def test_prediction_batches_iterate_a_loader_as_given_and_other_forms_at_batch_size():
+    from reliacal._data import prediction_batches
+
+    loader = DataLoader(_pairs(), batch_size=3, sampler=[7, 1, 4, 9])
+    rows = [(x[:, 0].tolist(), y.tolist()) for x, y in prediction_batches(loader, 64)]
+    assert rows == [([7.0, 1.0, 4.0], [1, 1, 0]), ([9.0], [1])]
+    X = np.arange(5.0)[:, None]
+    assert [len(x) for x, _ in prediction_batches(X, 2)] == [2, 2, 1]
+    with pytest.raises(ValueError, match="empty"):
+        prediction_batches(torch.utils.data.Subset(_pairs(), []), 4)
+    with pytest.raises(ValueError, match="drop_last"):
+        prediction_batches(DataLoader(_pairs(), batch_size=4, drop_last=True), 4)
+    with pytest.raises(ValueError, match="shuffles"):
+        prediction_batches(DataLoader(_pairs(), shuffle=True), 4)
+    # Scoring pairs each prediction with its own label: any order then does.
+    assert len(list(prediction_batches(DataLoader(_pairs(), shuffle=True), 4, ordered=False))) == 10

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -341,3 +342,214 @@ def test_shuffling_distributed_sampler_is_refused_at_prediction():
     check_ordered(DataLoader(data, sampler=DistributedSampler(data, 1, 0, shuffle=False)))
     with pytest.raises(ValueError, match=r"DataLoader shuffles \(DistributedSampler\)"):
         check_ordered(DataLoader(data, sampler=DistributedSampler(data, 1, 0, shuffle=True)))
+
+
+# Loaders as given: their sampler and batching at prediction, clear errors on bad data ----------
+
+SETTINGS = dict(max_epochs=1, batch_size=8, device="cpu", random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """One fitted estimator of each kind that reads a backbone's inputs through a loader."""
+    from reliacal.wrap import CalibratedClassifier
+
+    torch.set_num_threads(1)
+    return {
+        "calattn": CalAttnFinetuner(tiny_bert(), **SETTINGS).fit(dict_loader()),
+        "director": DiffusionReconfigurer(tiny_bert(), reconfigure=1, n_draws=2, **SETTINGS).fit(
+            dict_loader()
+        ),
+        "ts": TemperatureScaling(backbone=tiny_bert(), device="cpu").fit(dict_loader()),
+        "wrapped": CalibratedClassifier(tiny_bert(), cv="prefit", device="cpu").fit(dict_loader()),
+    }
+
+
+ESTIMATORS = ["calattn", "director", "ts", "wrapped"]
+
+
+def _same_rows_as_a_subset(model, loader, rows):
+    """The oracle: the rows the sampler names, given as a Subset in the same batches."""
+    subset = DataLoader(torch.utils.data.Subset(DictItems(), rows), batch_size=loader.batch_size)
+    np.testing.assert_allclose(model.predict_proba(loader), model.predict_proba(subset), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_prediction_follows_the_loaders_sampler(fitted, name):
+    from torch.utils.data import DistributedSampler
+
+    model = fitted[name]
+    five = DataLoader(DictItems(), batch_size=8, sampler=[0, 1, 2, 3, 4])
+    assert model.predict_proba(five).shape == (5, K)
+    _same_rows_as_a_subset(model, five, [0, 1, 2, 3, 4])
+    # One process's shard under DDP: rank 1 of 2 reads the odd rows.
+    shard = DistributedSampler(DictItems(), num_replicas=2, rank=1, shuffle=False)
+    _same_rows_as_a_subset(model, DataLoader(DictItems(), batch_size=8, sampler=shard), list(shard))
+    if name != "wrapped":  # CalibratedClassifier scores arrays with their y only
+        labels = token_data()[3].numpy()
+        expected = np.mean(model.predict(five) == labels[:5])
+        assert model.score(five) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_a_loader_that_drops_rows_is_refused(fitted, name):
+    dropping = DataLoader(DictItems(), batch_size=5, drop_last=True)
+    with pytest.raises(ValueError, match=r"drop_last=True.*last 4 of its 24 rows"):
+        fitted[name].predict_proba(dropping)
+    if name != "wrapped":
+        with pytest.raises(ValueError, match="drop_last=True"):
+            fitted[name].score(dropping)
+
+
+class CountingCollate:
+    """PyTorch's default collate that records the size of every batch it makes."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def __call__(self, items):
+        from torch.utils.data import default_collate
+
+        self.sizes.append(len(items))
+        return default_collate(items)
+
+
+@pytest.mark.parametrize("name", ["calattn", "director"])
+def test_prediction_keeps_the_loaders_batches(fitted, name):
+    collate = CountingCollate()
+    proba = fitted[name].predict_proba(DataLoader(DictItems(), batch_size=5, collate_fn=collate))
+    # The loader's batches, not the estimator's batch_size=8 (a first one-item batch checks
+    # the form of the items).
+    assert collate.sizes[-5:] == [5, 5, 5, 5, 4] and 8 not in collate.sizes
+    assert proba.shape == (N, K)
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+def test_fit_says_that_it_batches_a_loader_itself(estimator_class):
+    from torch.utils.data import SubsetRandomSampler
+
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator_class(tiny_bert(), **settings).fit(DataLoader(DictItems(), batch_size=5))
+    (warning,) = [w for w in caught if "batch_size" in str(w.message)]
+    assert "batch_size=5" in str(warning.message) and "batch_size=8" in str(warning.message)
+    assert warning.filename == __file__
+    subset = DataLoader(DictItems(), batch_size=8, sampler=SubsetRandomSampler(range(12)))
+    with pytest.raises(ValueError, match=r"sampler \(SubsetRandomSampler\).*12 of its 24 rows"):
+        estimator_class(tiny_bert(), **settings).fit(subset)
+
+
+@pytest.mark.parametrize("name", ["calattn", "director"])
+def test_an_empty_dataset_is_a_clear_error(fitted, name):
+    with pytest.raises(ValueError, match="empty"):
+        fitted[name].predict_proba(torch.utils.data.Subset(DictItems(), []))
+    with pytest.raises(ValueError, match="no rows"):
+        fitted[name].predict_proba(DataLoader(DictItems(), sampler=[]))
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+def test_a_label_key_serves_prediction_on_a_dataset_too(estimator_class):
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    keyed = estimator_class(tiny_bert(), label_key="label", **settings)
+    keyed.fit(DictItems(label_key="label"))
+    unlabelled = DataLoader(DictItems(label_key=None), batch_size=8)
+    np.testing.assert_allclose(
+        keyed.predict_proba(DictItems(label_key="label")),
+        keyed.predict_proba(unlabelled),
+        atol=1e-6,
+    )
+    labels = token_data()[3].numpy()
+    expected = np.mean(keyed.predict(unlabelled) == labels)
+    assert keyed.score(DictItems(label_key="label")) == pytest.approx(expected)
+
+
+class LabelledAs(DictItems):
+    """Dict items whose labels are ``label(i)``: -100, out of range, floats or strings."""
+
+    def __init__(self, label):
+        super().__init__()
+        self.label = label
+
+    def __getitem__(self, i):
+        return {**super().__getitem__(i), "labels": self.label(i)}
+
+
+BAD_LABELS = {
+    "hugging_face_ignore_index": (lambda i: torch.tensor(-100 if i % 2 else 0), r"-100"),
+    "out_of_range": (lambda i: torch.tensor(7), r"\[7\]"),
+    "float": (lambda i: torch.tensor(0.5), r"0\.5"),
+    "string": (lambda i: "cat", "cat"),
+}
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+@pytest.mark.parametrize("case", list(BAD_LABELS))
+def test_bad_labels_in_a_dict_dataset_are_a_clear_error(estimator_class, case):
+    label, shown = BAD_LABELS[case]
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    with pytest.raises(ValueError, match=rf"column indices 0\.\.2.*{shown}"):
+        estimator_class(tiny_bert(), **settings).fit(LabelledAs(label))
+
+
+@pytest.mark.parametrize("name", ["calattn", "director"])
+def test_bad_labels_at_scoring_are_a_clear_error(fitted, name):
+    label, shown = BAD_LABELS["hugging_face_ignore_index"]
+    with pytest.raises(ValueError, match=rf"column indices 0\.\.2.*{shown}"):
+        fitted[name].score(DataLoader(LabelledAs(label), batch_size=8))
+    with pytest.raises(ValueError, match="without the label key 'labels'"):
+        fitted[name].score(DataLoader(DictItems(label_key=None), batch_size=8))
+
+
+class WithText(DictItems):
+    """Dict items that also carry the raw text, which the model cannot read."""
+
+    def __getitem__(self, i):
+        return {**super().__getitem__(i), "text": f"row {i}"}
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+def test_dict_items_the_backbone_cannot_read_are_explained(estimator_class):
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    with pytest.raises(ValueError, match=r"cannot read the inputs: one item has keys .*text"):
+        estimator_class(tiny_bert(), **settings).fit(WithText())
+
+
+def test_a_one_sample_director_fit_says_why_it_cannot_split():
+    one = torch.utils.data.Subset(DictItems(), [0])
+    with pytest.raises(ValueError, match="leaves no training data out of 1 samples"):
+        DiffusionReconfigurer(tiny_bert(), reconfigure=1, **SETTINGS).fit(one)
+
+
+@pytest.mark.parametrize("name", ["calattn", "director"])
+def test_prediction_shows_its_batches_by_default_and_verbose_0_silences_it(fitted, name, capsys):
+    model = fitted[name]
+    assert model.verbose == 1  # the default: a fine-tuning takes minutes
+    model.predict_proba(DataLoader(DictItems(), batch_size=5))
+    shown = capsys.readouterr().err
+    assert "predict" in shown and "0/5" in shown  # a bar over the loader's 5 batches
+    model.set_params(verbose=0)
+    try:
+        model.predict_proba(dict_loader())
+    finally:
+        model.set_params(verbose=1)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+def test_a_default_fit_shows_its_epochs_and_batches(estimator_class, capsys):
+    torch.set_num_threads(1)
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    estimator_class(tiny_bert(), **settings).fit(dict_loader())
+    shown = capsys.readouterr().err
+    assert "epoch" in shown and "/" in shown, shown

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,54 +16,17 @@ from reliacal._data import (
     DEFAULT_LABEL_KEY,
     _labels_to_numpy,
     as_dataset,
+    check_every_row_once,
     check_label_key,
+    fingerprint,
     make_loader,
     split_batch,
 )
 from reliacal._device import resolve_device, to_device
+from reliacal._validation import warn_at_caller
 from reliacal.backbones._base import BackboneAdapter
 
 __all__ = ["extract_outputs"]
-
-
-def _update_with_tensor(digest, tensor: torch.Tensor) -> None:
-    tensor = tensor.detach().cpu().contiguous()
-    digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-    digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-
-
-def _weights_digest(adapter: BackboneAdapter) -> str:
-    digest = hashlib.blake2b(digest_size=20)
-    for name, value in adapter.state_dict().items():
-        digest.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            _update_with_tensor(digest, value)
-        else:  # a module's extra state (get_extra_state) may be any picklable object
-            digest.update(joblib.hash(value).encode())
-    return digest.hexdigest()
-
-
-def _data_digest(X: Any) -> str:
-    """Hash of the input data; raises TypeError/PicklingError when X cannot be hashed."""
-    if isinstance(X, torch.Tensor | np.ndarray):
-        digest = hashlib.blake2b(digest_size=20)
-        _update_with_tensor(digest, torch.as_tensor(X))
-        return digest.hexdigest()
-    if isinstance(X, Mapping):
-        return joblib.hash({key: _data_digest(value) for key, value in X.items()})
-    if isinstance(X, DataLoader):
-        collate = X.collate_fn
-        return joblib.hash(
-            (
-                X.dataset,
-                X.batch_size,
-                X.drop_last,
-                type(X.sampler).__qualname__,
-                getattr(collate, "__module__", None),
-                getattr(collate, "__qualname__", repr(collate)),
-            )
-        )
-    return joblib.hash(X)
 
 
 def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool, label_key: str) -> str:
@@ -76,8 +36,8 @@ def _cache_key(adapter: BackboneAdapter, X: Any, mixed_precision: bool, label_ke
             type(adapter).__qualname__,
             repr(adapter.model),
             adapter._cache_config(),
-            _weights_digest(adapter),
-            _data_digest(X),
+            fingerprint(adapter),  # every weight and buffer, by content
+            fingerprint(X),
             bool(mixed_precision),
             # Which entry of a mapping is the label (and so not an input).
             label_key,
@@ -178,12 +138,15 @@ def extract_outputs(
     backbone : BackboneAdapter, model or timm model name
         Anything :func:`as_backbone` accepts.
     X : array-like, dict of arrays, Dataset or DataLoader
-        Raw inputs (images or token ids) as accepted by
-        :func:`reliacal._data.as_dataset`: a Dataset or DataLoader yields
+        Raw inputs (images or token ids): an array or a dict of arrays of
+        ``n`` rows, or a Dataset or DataLoader that yields
         ``(x, y)`` pairs or Hugging Face style mappings
         (``{"input_ids", "attention_mask", "labels"}``,
         ``{"pixel_values", "labels"}``). A DataLoader is iterated as it is
-        (its own batch size and order); ``batch_size`` then has no effect.
+        (its sampler, batch size and order; a ``DistributedSampler`` gives
+        this process's shard); ``batch_size`` then has no effect. A loader
+        that would drop or repeat rows (``drop_last=True`` with an incomplete
+        last batch, sampling with replacement) is refused.
     y : array-like of shape (n,), optional
         Labels of array inputs (a Dataset or DataLoader yields its own).
     batch_size : int, default=256
@@ -223,7 +186,8 @@ def extract_outputs(
     ------
     ValueError
         Empty data, ``y`` beside a Dataset or DataLoader, mismatched lengths,
-        items that are not ``(x, y)`` pairs, an unsupported model.
+        items that are not ``(x, y)`` pairs, a DataLoader that would drop or
+        repeat rows, an unsupported model.
 
     Examples
     --------
@@ -250,6 +214,7 @@ def extract_outputs(
                 "y must be None when X is a DataLoader: the loader yields (x, y) batches"
             )
         as_dataset(X, label_key=label_key)  # validates the loader's form and size
+        check_every_row_once(X)  # iterated as given: no row dropped or repeated
         loader, given_y = X, None
     else:
         dataset, given_y = as_dataset(X, y, label_key=label_key)
@@ -273,10 +238,9 @@ def extract_outputs(
         try:
             key = _cache_key(adapter, X, mixed_precision, label_key)
         except Exception as error:  # joblib raises many kinds of pickling errors
-            warnings.warn(
+            warn_at_caller(
                 f"memory= is ignored: the data could not be hashed for the cache key ({error!r})",
                 RuntimeWarning,
-                stacklevel=2,
             )
     if key is None:
         pooled, logits, labels = _run_backbone(**run_kwargs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -77,7 +77,16 @@ class PlainAdapter(BackboneAdapter):
         return part
 
     def encode(self, x: Any) -> torch.Tensor:
-        return self._part(self._features)(x)
+        features = self._part(self._features)(x)
+        if not isinstance(features, torch.Tensor):
+            # Models that return (features, auxiliary) would otherwise fail inside pool.
+            raise ValueError(
+                f"features returned a {_describe_output(features)}; it must return one tensor "
+                "of pre-logits features (batch, D): name a submodule that returns it, or pass "
+                "a function that picks it (def features(x): return model.body(x)[0]; a named "
+                "function, not a lambda, so that the adapter pickles)"
+            )
+        return features
 
     def pool(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.ndim != 2:
@@ -92,6 +101,16 @@ class PlainAdapter(BackboneAdapter):
 
     def _cache_config(self) -> Any:
         return (_describe(self._features), _describe(self._head))
+
+
+def _describe_output(value: Any) -> str:
+    """``tuple of 2 elements``, ``dict with keys ['a', 'b']``, ``str``: what a part returned."""
+    kind = type(value).__name__
+    if isinstance(value, Mapping):
+        return f"{kind} with keys {sorted(map(str, value))}"
+    if isinstance(value, list | tuple):
+        return f"{kind} of {len(value)} elements"
+    return kind
 
 
 def _modules_of(part: Any) -> list[nn.Module]:

@@ -166,6 +166,7 @@ _TABLE = (
         # On two classes a penalised VS, already a candidate: one more near-copy only adds
         # selection noise to the cross-validated choice (benchmarks/results/decisions.md).
         candidate=Candidate(min_classes=3),
+        demo="StructuredVectorScaling",
     ),
     CalibrationMethod(
         "sms",
@@ -175,6 +176,7 @@ _TABLE = (
         "size-scaled ridge penalties",
         # On two classes a penalised MS (see svs).
         candidate=Candidate(min_classes=3),
+        demo="StructuredMatrixScaling",
     ),
     CalibrationMethod(
         "platt",

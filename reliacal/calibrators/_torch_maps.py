@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reliacal.export import one_vs_rest_log_odds
+from reliacal.export import one_vs_rest_log_odds, one_vs_rest_probabilities
 
 __all__ = [
     "InterpolationMaps",
@@ -80,14 +80,7 @@ class OneVsRestMap(nn.Module):
         scores = one_vs_rest_log_odds(logits.to(torch.float64))
         if self.binary:
             scores = scores[:, 1:]
-        mapped = torch.clamp(self.maps(scores), 0.0, 1.0)
-        if self.binary:
-            return torch.cat([1.0 - mapped, mapped], dim=1)
-        totals = mapped.sum(dim=1, keepdim=True)
-        empty = totals == 0
-        mapped = torch.where(empty, torch.ones_like(mapped), mapped)
-        totals = torch.where(empty, torch.full_like(totals, mapped.shape[1]), totals)
-        return mapped / totals
+        return one_vs_rest_probabilities(self.maps(scores), self.binary)
 
 
 class QuadraticMaps(nn.Module):

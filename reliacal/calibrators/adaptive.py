@@ -29,6 +29,7 @@ from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators.temperature import TemperatureScaling
 from reliacal.persistence import loadable
 from reliacal.training import (
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     PositiveIntegers,
@@ -46,6 +47,12 @@ _MIN_SCALE = 1e-3
 _PUBLISHED_WIDTHS = (1024, 512, 512)
 # Rows per inference batch: bounds the memory of predicting on large arrays.
 _INFERENCE_ROWS = 8192
+# What the training loop's chance warning says here: a temperature keeps the argmax.
+_CHANCE_ADVICE = (
+    "AdaptiveTS divides fixed logits by a positive temperature, which keeps their argmax, "
+    "so this is the accuracy of the model that produced them: check that the labels match "
+    "those logits (training longer cannot raise it)."
+)
 # Columns of confidence_statistics: top log-probability, top-2 margin, entropy.
 _N_CONFIDENCE_STATISTICS = 3
 
@@ -232,11 +239,16 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         logits: torch.Tensor,
         n_draws: int,
         generator: torch.Generator,
+        head_logits: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Average ``softmax(z / T(u_s))`` over ``n_draws`` draws ``u_s ~ q(u | h)``.
 
-        Returns the averaged probabilities (B, K) and the mean temperature (B,).
+        ``head_logits`` (``logits`` when None) are what the temperature head
+        reads with ``confidence_inputs``: the estimator passes them held
+        within the calibration data's range. Returns the averaged
+        probabilities (B, K) and the mean temperature (B,).
         """
+        head_logits = logits if head_logits is None else head_logits
         mean, scale = self.posterior(features)
         probabilities = torch.zeros_like(logits)
         temperatures = torch.zeros_like(logits[:, 0])
@@ -244,7 +256,7 @@ class _AdaptiveTemperatureNetwork(nn.Module):
             noise = torch.randn(
                 scale.shape, generator=generator, device=generator.device, dtype=scale.dtype
             ).to(scale.device)
-            temperature = self.temperature_of(mean + scale * noise, logits)
+            temperature = self.temperature_of(mean + scale * noise, head_logits)
             probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
             temperatures += temperature
         return probabilities / n_draws, temperatures / n_draws
@@ -376,11 +388,34 @@ def _as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(array, dtype=dtype)
 
 
+def _widened_bounds(values: np.ndarray) -> np.ndarray:
+    """Per column, ``[min - width, max + width]`` of ``values``, ``width = max - min``: (2, D).
+
+    What the network may read: its extrapolation a little beyond the
+    calibration data is kept, far beyond it the inputs are held at these
+    bounds, so that ``T(x)`` stays what the data supports.
+    """
+    low, high = values.min(axis=0), values.max(axis=0)
+    width = high - low
+    return np.stack([low - width, high + width]).astype(np.float64)
+
+
 def _geometric_mean(temperatures: list[torch.Tensor]) -> torch.Tensor:
     """``exp(mean log T)`` over the members; one member's own values exactly."""
     if len(temperatures) == 1:
         return temperatures[0]
     return torch.stack(temperatures).log().mean(dim=0).exp()
+
+
+def _check_finite_calibration(calibrated: np.ndarray) -> None:
+    """Refuse rows whose ``z / T(x)`` left the float64 range (finite logits near 1e308)."""
+    bad = ~np.isfinite(calibrated).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"z / T(x) would overflow float64 for {int(bad.sum())} row(s) of logits too large "
+            "for it (magnitudes near 1e308); rescale those logits (their probabilities are "
+            "0 and 1 at any smaller scale) or drop the rows"
+        )
 
 
 class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
@@ -577,7 +612,16 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         read back with pickle, which can run code: give only a folder that you
         trust and that no one else can write to.
     verbose : int or bool, default=0
-        1: progress bar over epochs (and the backbone pass); 2: also batches.
+        1: progress bars over the epochs and the batches of each (and the
+        backbone pass); 2: also each epoch's scores as a line.
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -599,6 +643,19 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         before it.
     feature_mean_, feature_scale_ : ndarray of shape (D,)
         Standardisation of the features (scale 1 for constant features).
+    feature_bounds_ : ndarray of shape (2, D)
+        What the networks read at prediction: each standardised feature is
+        held within ``[min - w, max + w]`` of the calibration data, ``w =
+        max - min``. Inside it the network's own ``T(x)`` is used; far
+        outside (logits of ``1e5`` where the data had ``10``) the
+        temperature stays at the edge's instead of following the network's
+        extrapolation, so confidence keeps growing with the logits as under
+        one temperature, and stays finite.
+    logit_bounds_ : ndarray of shape (2, K)
+        The same for the logits the temperature head reads with
+        ``confidence_inputs``; the temperature always divides the logits
+        as given. Logits so large that ``z / T(x)`` overflows float64 are a
+        ``ValueError``.
     classes_ : ndarray of shape (K,)
         Label of each logit column.
     n_features_in_ : int
@@ -657,6 +714,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
         "loss": [StrOptions({"elbo"}), callable],
         "random_state": TRAINING_CONSTRAINTS["random_state"],
+        "n_threads": THREADS_CONSTRAINT,
     }
 
     def __init__(
@@ -678,6 +736,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         loss="elbo",
         random_state=None,
         batch_size: int = 128,
+        n_threads: int | None = None,
         **base_params,
     ):
         store_init_arguments(self, locals())
@@ -720,6 +779,10 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         # Constant features carry no information; scale 1 keeps them finite (at 0).
         scale[scale <= 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0
         self.feature_mean_, self.feature_scale_ = mean, scale
+        # Bounds of what the networks read at prediction (the standardised features, and
+        # the logits behind confidence_inputs): far-out rows get a bounded temperature.
+        self.feature_bounds_ = _widened_bounds((features - mean) / scale)
+        self.logit_bounds_ = _widened_bounds(np.asarray(logits, dtype=np.float64))
         if sample_weight is None:
             weights = np.ones(n_samples)
         else:
@@ -792,14 +855,16 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             random_state=seed,
         )
         try:
-            result = fit_module(
-                network,
-                _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
-                train_data,
-                config=config,
-                validation_data=validation_data,
-                logits_fn=_output_logits,
-            )
+            with self._threads(network, int(self.batch_size)):
+                result = fit_module(
+                    network,
+                    _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
+                    train_data,
+                    config=config,
+                    validation_data=validation_data,
+                    logits_fn=_output_logits,
+                    chance_advice=_CHANCE_ADVICE,
+                )
         except TrainingDivergedError as error:
             index = len(self.members_)
             diverged = TrainingDivergedError(
@@ -834,6 +899,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         calibrated, _ = self._predict_batches(features, logits)
+        _check_finite_calibration(calibrated)
         return calibrated
 
     # ------------------------------------------------------ export and saving
@@ -932,10 +998,16 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         return temperatures
 
     # -------------------------------------------------------------- helpers
-    def _standardised(self, features: np.ndarray) -> torch.Tensor:
+    def _standardised(self, features: np.ndarray, bounded: bool = False) -> torch.Tensor:
+        """Standardised float32 features; ``bounded`` holds them in ``feature_bounds_``."""
         standardised = (np.asarray(features, dtype=np.float64) - self.feature_mean_) / (
             self.feature_scale_
         )
+        # Fits saved before the bounds existed have none: their networks read as they did.
+        bounds = getattr(self, "feature_bounds_", None) if bounded else None
+        if bounds is not None:
+            # In float64, before the cast: logits near 1e300 would be inf in float32.
+            standardised = np.clip(standardised, bounds[0], bounds[1])
         return torch.as_tensor(standardised, dtype=torch.float32)
 
     def _predict_batches(self, features, logits) -> tuple[np.ndarray, np.ndarray]:
@@ -952,24 +1024,35 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             networks = [copy.deepcopy(network) for network in networks]
         networks = [network.to(device).eval() for network in networks]
         generator = torch.Generator(device=device).manual_seed(self.sampling_seed_)
-        h_all = self._standardised(features)
+        # The networks read inputs held within the calibration data's widened range; the
+        # temperature divides the logits as given.
+        h_all = self._standardised(features, bounded=True)
         z_all = _as_tensor(logits, torch.float64)
+        head_z_all = z_all
+        logit_bounds = getattr(self, "logit_bounds_", None)
+        if logit_bounds is not None:
+            head_z_all = z_all.clamp(
+                torch.as_tensor(logit_bounds[0]), torch.as_tensor(logit_bounds[1])
+            )
         calibrated, temperatures = [], []
-        with torch.no_grad():
+        threads = self._threads(networks[0], min(len(z_all), _INFERENCE_ROWS))
+        with threads, torch.no_grad():
             for start in range(0, len(z_all), _INFERENCE_ROWS):
-                h = h_all[start : start + _INFERENCE_ROWS].to(device)
-                z = z_all[start : start + _INFERENCE_ROWS].to(device)
+                rows = slice(start, start + _INFERENCE_ROWS)
+                h, z, head_z = (values[rows].to(device) for values in (h_all, z_all, head_z_all))
                 if self.n_draws == 1:
                     temperature = _geometric_mean(
                         [
-                            network.temperature_of(network.posterior(h)[0], z).double()
+                            network.temperature_of(network.posterior(h)[0], head_z).double()
                             for network in networks
                         ]
                     )
                     calibrated.append((z / temperature[:, None]).cpu())
                 else:
                     sampled = [
-                        network.sampled_probabilities(h, z, int(self.n_draws), generator)
+                        network.sampled_probabilities(
+                            h, z, int(self.n_draws), generator, head_logits=head_z
+                        )
                         for network in networks
                     ]
                     probabilities = torch.stack([p for p, _ in sampled]).mean(dim=0)

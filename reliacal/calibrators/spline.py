@@ -128,7 +128,7 @@ class SplineCalibration(OneVsRestCalibrator):
     Lucena, "Spline-Based Probability Calibration", arXiv 1809.07751, 2018
     (the method of the ``splinecalib`` package, which probmetrics wraps).
     ``f`` is a natural cubic spline (linear beyond its boundary knots) in
-    the basis of :func:`natural_spline_basis`, whose coefficients ``beta``
+    the basis of ``natural_spline_basis``, whose coefficients ``beta``
     minimise a ridge-penalised logistic loss,
 
     .. math::

@@ -31,7 +31,13 @@ from sklearn.utils._param_validation import Interval
 from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators.scaling import _LBFGS_DOCS, _LogitScaling, check_matrix_size
+from reliacal.calibrators.scaling import (
+    _LBFGS_DOCS,
+    _DiagonalMap,
+    _FullMap,
+    _LogitScaling,
+    check_matrix_size,
+)
 from reliacal.calibrators.temperature import TemperatureScaling
 
 __all__ = ["StructuredMatrixScaling", "StructuredVectorScaling"]
@@ -221,7 +227,7 @@ class _StructuredScaling(_LogitScaling):
 
 
 @shared_doc(_STRUCTURED_DOCS)
-class StructuredVectorScaling(_StructuredScaling):
+class StructuredVectorScaling(_DiagonalMap, _StructuredScaling):
     r"""Structured vector scaling (SVS): ``softmax(diag(w) z' + b)`` after temperature scaling.
 
     {reference}
@@ -296,15 +302,6 @@ class StructuredVectorScaling(_StructuredScaling):
     def _strengths(self):
         return self.reg_bias, self.reg_diagonal, 0.0
 
-    def _coef_shape(self, n_classes):
-        return (n_classes,)
-
-    def _initial_coef(self, n_classes):
-        return np.ones(n_classes)
-
-    def _apply_coef(self, coef, logits):
-        return logits * coef
-
     def _coef_curvature(self, curvature, logits):
         return np.einsum("ij,ij->j", curvature, logits**2) + 2.0 * self.penalty_weights_[1]
 
@@ -316,7 +313,7 @@ class StructuredVectorScaling(_StructuredScaling):
 
 
 @shared_doc(_STRUCTURED_DOCS)
-class StructuredMatrixScaling(_StructuredScaling):
+class StructuredMatrixScaling(_FullMap, _StructuredScaling):
     r"""Structured matrix scaling (SMS): ``softmax(W z' + b)`` after temperature scaling.
 
     {reference}
@@ -411,12 +408,6 @@ class StructuredMatrixScaling(_StructuredScaling):
 
     def _strengths(self):
         return self.reg_bias, self.reg_diagonal, self.reg_off_diagonal
-
-    def _coef_shape(self, n_classes):
-        return (n_classes, n_classes)
-
-    def _initial_coef(self, n_classes):
-        return np.eye(n_classes)
 
     def _apply_coef(self, coef, logits):
         # In the logits' precision: float32 for the rough first pass.

@@ -36,10 +36,11 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
+from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators._classic import OneVsRestCalibrator
+from reliacal.calibrators._classic import CLASSIC_METHOD_DOCS, OneVsRestCalibrator
 
 __all__ = ["VennAbersCalibration", "cumulative_diagram", "venn_abers_bounds"]
 
@@ -212,7 +213,7 @@ class VennAbersCalibration(OneVsRestCalibrator):
     and ``predict_interval`` returns ``[p0, p1]`` itself. The bounds of all
     test scores are tabulated at fit time in ``O(n log n)`` (a sort, then a
     linear sweep over the convex hulls of the cumulative sum diagram; see
-    :func:`venn_abers_bounds`); a test score equal to a calibration score is
+    ``venn_abers_bounds``); a test score equal to a calibration score is
     placed after the tied calibration scores for ``p0`` and before them for
     ``p1``, as the ``venn-abers`` package does.
 
@@ -405,13 +406,11 @@ class VennAbersCalibration(OneVsRestCalibrator):
         p0, p1 = self._bounds(scores)
         return p1 / (1.0 - p0 + p1)
 
+    @shared_doc(CLASSIC_METHOD_DOCS)
     def predict_interval(self, X) -> np.ndarray:
         """Return the Venn-Abers multiprobability ``[p0, p1]`` of each sample.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {classic_input}
 
         Returns
         -------

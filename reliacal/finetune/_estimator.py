@@ -11,21 +11,32 @@ divergence policy come from :class:`reliacal.training._estimator.NetworkEstimato
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
+from tqdm.auto import tqdm
 
-from reliacal._data import DEFAULT_LABEL_KEY, as_dataset, make_loader, split_batch
+from reliacal._data import (
+    DEFAULT_LABEL_KEY,
+    as_dataset,
+    check_column_indices,
+    check_training_loader,
+    collate_fn_of,
+    dataset_labels,
+    prediction_batches,
+    split_batch,
+)
 from reliacal._device import resolve_device, to_device
 from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
 from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
 from reliacal.calibrators import BackboneSaveMixin, ClassLabelMixin
 from reliacal.training import (
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     TrainingConfig,
@@ -76,9 +87,10 @@ class FinetuneEstimator(
         checkpoint_dir: str | None = None,
         device: str = "auto",
         random_state: Any = None,
-        verbose: int | bool = 0,
+        verbose: int | bool = 1,
         classes: Any = None,
         label_key: str = DEFAULT_LABEL_KEY,
+        n_threads: int | None = None,
     ) -> None:
         store_init_arguments(self, locals())
 
@@ -97,6 +109,7 @@ class FinetuneEstimator(
         "random_state": TRAINING_CONSTRAINTS["random_state"],
         "classes": ["array-like", None],
         "label_key": [str],
+        "n_threads": THREADS_CONSTRAINT,
     }
 
     def _check_loaded_state(self) -> None:
@@ -109,11 +122,28 @@ class FinetuneEstimator(
             )
 
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
-        """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values."""
+        """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values.
+
+        A DataLoader's dataset is trained on in batches of ``batch_size``
+        (see :func:`reliacal._data.check_training_loader`).
+        """
         resolve_device(self.device)  # a device name torch does not know fails here, clearly
         dataset, labels = as_dataset(X, y, require_y=True, label_key=self.label_key)
         check_finite_inputs(X)
+        check_training_loader(X, int(self.batch_size))
         return dataset, labels
+
+    def _fit_dataset_labels(self, dataset: Dataset, n_classes: int) -> None:
+        """Check that a Dataset's labels are column indices and set ``classes_``."""
+        labels = dataset_labels(dataset, batch_size=int(self.batch_size))
+        check_column_indices(labels, n_classes, "a Dataset or DataLoader given to fit")
+        self.classes_ = self._classes_for(n_classes)
+
+    def _scored_labels(self, labels: np.ndarray) -> np.ndarray:
+        """The labels of ``classes_`` that a scored Dataset's column indices stand for."""
+        n_classes = len(self.classes_)
+        check_column_indices(labels, n_classes, "a Dataset or DataLoader given to score")
+        return self.classes_[labels]
 
     @contextlib.contextmanager
     def _explaining_input_errors(self, backbone: nn.Module, dataset: Dataset) -> Iterator[None]:
@@ -136,12 +166,18 @@ class FinetuneEstimator(
 
     def _check_backbone_reads(self, backbone: nn.Module, dataset: Dataset) -> None:
         """Run the backbone on one item; raise a ValueError saying what it expects if it fails."""
-        x, _ = dataset[0]
+        if not len(dataset):
+            return
+        item = dataset[0]
+        # Mapping items (Hugging Face style) hold the label beside the inputs; a loader's
+        # collate_fn (padding, tokenising) makes the batch the model would read.
+        x, _ = split_batch(item, self.label_key)
+        batch, _ = split_batch((collate_fn_of(dataset) or default_collate)([item]), self.label_key)
         was_training = backbone.training
         device = next(backbone.parameters()).device
         try:
             with torch.no_grad():
-                backbone.eval()(to_device(_one_item_batch(x), device))
+                backbone.eval()(to_device(as_input(batch), device))
         except (AssertionError, RuntimeError, ValueError, TypeError, IndexError) as error:
             raise ValueError(
                 f"the backbone cannot read the inputs: one item has {_describe(x)}, and "
@@ -160,39 +196,68 @@ class FinetuneEstimator(
     def _run_batches(
         self,
         module: nn.Module,
-        dataset: Dataset,
+        data: Any,
         forward: BatchForward,
         device: torch.device,
         *,
-        keep_labels: bool = False,
+        labels: bool = False,
+        ordered: bool = True,
     ) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
-        """Apply ``forward(module, x)`` to every batch of ``dataset``, in order.
+        """Apply ``forward(module, x)`` to every batch of ``data``, in its order.
 
-        The module runs on ``device`` in eval mode without gradients and is
-        moved back to the CPU afterwards, failure included, because the fitted
-        state lives there (pickles load on machines without a GPU). Returns
-        each of ``forward``'s outputs concatenated over the batches (numpy),
-        and, with ``keep_labels``, the labels the data yields.
+        ``data`` is any form ``fit`` accepts; a DataLoader is iterated as
+        given (its sampler and batches, see
+        :func:`reliacal._data.prediction_batches`), other forms in batches of
+        ``batch_size``. The module runs on ``device`` in eval mode without
+        gradients and is moved back to the CPU afterwards, failure included,
+        because the fitted state lives there (pickles load on machines without
+        a GPU). Returns each of ``forward``'s outputs concatenated over the
+        batches (numpy), and, with ``labels``, the labels the data yields
+        (which it must then hold); ``ordered=False`` accepts a shuffling
+        loader (scoring pairs each row with its own label). With ``verbose``
+        a progress bar shows the batches.
         """
-        loader = make_loader(dataset, int(self.batch_size))
+        batches = prediction_batches(
+            data,
+            int(self.batch_size),
+            label_key=self.label_key,
+            ordered=ordered,
+            require_labels=labels,
+        )
         parts: list[tuple[torch.Tensor, ...]] = []
-        labels: list[np.ndarray] = []
+        label_parts: list[np.ndarray] = []
+        # Updated by hand: wrapping the batches would make tqdm open an extra iterator.
+        try:
+            total = len(batches)
+        except TypeError:  # a loader over an IterableDataset without a length
+            total = None
+        progress = tqdm(total=total, desc="predict", leave=False, disable=not self.verbose)
         try:
             module.to(device).eval()
-            with torch.no_grad():
-                for batch in loader:
-                    x, y = split_batch(batch)
-                    x = to_device(x, device)
-                    # default_collate turns a tuple of input tensors into a list; models
-                    # expect the tuple.
-                    x = tuple(x) if isinstance(x, list) else x
+            with self._threads(module, int(self.batch_size)), torch.no_grad():
+                for x, y in batches:
+                    progress.update()
+                    x = as_input(to_device(x, device))
                     parts.append(tuple(value.cpu() for value in forward(module, x)))
-                    if keep_labels:
-                        labels.append(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y))
+                    if labels:
+                        label_parts.append(_labels_array(y))
         finally:
+            progress.close()
             module.to("cpu")
+        if not parts:
+            raise ValueError(
+                "the data yielded no rows (a DataLoader whose sampler names no index?): at "
+                "least one sample is needed"
+            )
         outputs = tuple(torch.cat(values).numpy() for values in zip(*parts))
-        return outputs, np.concatenate(labels) if keep_labels else None
+        return outputs, np.concatenate(label_parts) if labels else None
+
+
+def _labels_array(y: Any) -> np.ndarray:
+    """One batch's labels as a 1-D numpy array (default_collate makes strings a list)."""
+    if isinstance(y, torch.Tensor):
+        return y.detach().cpu().reshape(-1).numpy()
+    return np.asarray(y).reshape(-1)
 
 
 def check_finite_inputs(X: Any) -> None:
@@ -218,20 +283,23 @@ def check_finite_inputs(X: Any) -> None:
             )
 
 
-def _one_item_batch(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {key: value[None] for key, value in x.items()}
-    if isinstance(x, tuple | list):
-        return tuple(value[None] for value in x)
-    return x[None]
+def as_input(x: Any) -> Any:
+    """The collated inputs as a model takes them: ``default_collate`` makes a tuple a list."""
+    return tuple(x) if isinstance(x, list) else x
 
 
 def _describe(x: Any) -> str:
-    if isinstance(x, dict):
-        return "keys " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in x.items())
+    if isinstance(x, Mapping):
+        return "keys " + ", ".join(f"{k} {_shape_of(v)}" for k, v in x.items())
     if isinstance(x, tuple | list):
-        return "parts of shapes " + ", ".join(str(tuple(v.shape)) for v in x)
-    return f"shape {tuple(x.shape)}"
+        return "parts of shapes " + ", ".join(_shape_of(v) for v in x)
+    return f"shape {_shape_of(x)}"
+
+
+def _shape_of(value: Any) -> str:
+    """A tensor's shape, else the kind of value (a string field of a dict item)."""
+    shape = getattr(value, "shape", None)
+    return str(tuple(shape)) if shape is not None else f"({type(value).__name__})"
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
-from reliacal._data import as_dataset, check_ordered
+from reliacal._data import as_dataset
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal.backbones import as_backbone
@@ -41,9 +41,22 @@ from reliacal.finetune.calattn_network import (
     resolve_token,
 )
 from reliacal.finetune.losses import BASE_LOSSES, get_base_loss
-from reliacal.training import TRAINING_CONSTRAINTS, TrainingConfig, fit_module, seeded_torch
+from reliacal.training import (
+    TRAINING_CONSTRAINTS,
+    TrainingConfig,
+    fingerprint,
+    fit_module,
+    seeded_torch,
+)
 
 __all__ = ["CalAttnFinetuner"]
+
+# The end of the training loop's warning when no epoch rose above chance.
+_CHANCE_ADVICE = (
+    "CalAttnFinetuner: train longer (max_epochs), change learning_rate, head_learning_rate "
+    "or warmup_epochs, and check that the labels match the inputs and the backbone's "
+    "classifier."
+)
 
 
 class CalAttnFinetuner(FinetuneEstimator):
@@ -93,8 +106,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         ``"concat"`` is an error.
     hidden : int, default=128
         Width of the head's hidden layer; 128 is the paper's.
-    base_loss : {"ce", "label_smoothing", "brier", "focal", "flsd53", \
-"dual_focal", "mmce"} or callable, default="ce"
+    base_loss : {"ce", "label_smoothing", "brier", "focal", "flsd53", "dual_focal", "mmce"} or callable, default="ce"
         Loss on the calibrated logits (see :func:`reliacal.finetune.losses.get_base_loss`);
         a callable maps ``(logits (B, K), target (B,))`` to a scalar tensor.
     lambda_brier : float, default=0.1
@@ -140,21 +152,28 @@ class CalAttnFinetuner(FinetuneEstimator):
         loss, highest accuracy). NLL, not the paper's ECE, because the lowest
         ECE tends to keep an earlier, less accurate epoch
         (``benchmarks/results/decisions.md#calattn-selection-metric``).
-    max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, \
-grad_clip_norm, validation_fraction, n_iter_no_change, \
-mixed_precision, checkpoint_dir, device, verbose
+    max_epochs, batch_size, optimizer, schedule, milestones, gamma, learning_rate, weight_decay, warmup_epochs, grad_clip_norm, validation_fraction, n_iter_no_change, mixed_precision, checkpoint_dir, device
         Training settings, as in :class:`reliacal.training.TrainingConfig`
         (``optimizer`` is ``"adamw"``, ``"adam"`` or ``"sgd"``: SGD with
-        Nesterov momentum 0.9). ``checkpoint_dir`` makes an interrupted
-        ``fit`` resume where it stopped. The defaults are a short fine-tuning
-        of a pre-trained backbone: ``optimizer="adamw"`` at
+        Nesterov momentum 0.9; ``schedule`` is ``"cosine"`` after the
+        warm-up, ``"step"``, which multiplies the rate by ``gamma`` from each
+        epoch in ``milestones`` on, or ``"constant"``). ``checkpoint_dir`` makes
+        an interrupted ``fit`` resume where it stopped. The defaults are a short
+        fine-tuning of a pre-trained backbone: ``optimizer="adamw"`` at
         ``learning_rate=1e-4``
         (``benchmarks/results/decisions.md#calattn-optimiser-and-learning-rate``);
         ``max_epochs=2`` with ``warmup_epochs=0.5``
         (``benchmarks/results/decisions.md#calattn-epochs-and-warm-up``);
         ``weight_decay`` and ``batch_size`` untuned. A small ViT fine-tuned on a few hundred
         images wants a longer schedule (the demo passes 30 epochs, a 1-epoch
-        warm-up).
+        warm-up). The paper's recipe is ``optimizer="sgd", learning_rate=0.1,
+        weight_decay=5e-4, schedule="step", milestones=(150, 250), gamma=0.1,
+        max_epochs=350, grad_clip_norm=5.0, selection_metric="ece"``
+        (``benchmarks/paper_scale.py`` runs it).
+    verbose : int or bool, default=1
+        Progress bars on stderr, as PyTorch Lightning shows them: 1 over the
+        epochs and the batches of fit and predict, 2 also a line of scores
+        per epoch, 0 silent. On by default, since a fine-tuning takes minutes.
     random_state : int, RandomState or None, default=None
         Seeds the head's initialisation, the validation split, the shuffling
         and dropout; an int makes a CPU fit reproducible.
@@ -165,6 +184,14 @@ mixed_precision, checkpoint_dir, device, verbose
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -235,6 +262,9 @@ mixed_precision, checkpoint_dir, device, verbose
         post_hoc: str | None = None,
         max_epochs: int = 2,
         optimizer: str = "adamw",
+        schedule: str = "cosine",
+        milestones: Any = (),
+        gamma: float = 0.1,
         learning_rate: float = 1e-4,
         head_learning_rate: float | None = None,
         weight_decay: float = 0.05,
@@ -264,6 +294,9 @@ mixed_precision, checkpoint_dir, device, verbose
         "initial_scale": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "post_hoc": [StrOptions({"temperature"}), None],
         "optimizer": TRAINING_CONSTRAINTS["optimizer"],
+        "schedule": TRAINING_CONSTRAINTS["schedule"],
+        "milestones": TRAINING_CONSTRAINTS["milestones"],
+        "gamma": TRAINING_CONSTRAINTS["gamma"],
         "head_learning_rate": TRAINING_CONSTRAINTS["head_learning_rate"],
         "grad_clip_norm": TRAINING_CONSTRAINTS["grad_clip_norm"],
         "train_transform": [callable, None],
@@ -323,6 +356,10 @@ mixed_precision, checkpoint_dir, device, verbose
         X : array-like or torch.Tensor of shape (n, ...), Dataset or DataLoader
             Raw inputs (images or token ids) with ``y``, or a torch ``Dataset``
             / ``DataLoader`` yielding ``(x, y)`` with class-index labels.
+            A DataLoader's dataset and ``collate_fn`` are trained on in
+            shuffled batches of ``batch_size`` (a warning says when the
+            loader's own batch size differs); a sampler that selects or
+            weights rows is refused.
         y : array-like of shape (n,), optional
             Labels of array inputs; None for a Dataset or DataLoader.
 
@@ -346,6 +383,9 @@ mixed_precision, checkpoint_dir, device, verbose
         seed = self._fit_seed()
         config = self._training_config(
             optimizer=self.optimizer,
+            schedule=self.schedule,
+            milestones=tuple(self.milestones),
+            gamma=self.gamma,
             head_learning_rate=self.head_learning_rate,
             grad_clip_norm=self.grad_clip_norm,
             # The split is made here (the post-hoc temperature needs it), not by the trainer.
@@ -366,7 +406,8 @@ mixed_precision, checkpoint_dir, device, verbose
         if n_classes is None:
             raise ValueError("the backbone does not tell its number of classes (num_classes)")
         if labels is None:
-            # A Dataset's labels are column indices already: only `classes` to check.
+            # A Dataset's labels are column indices already (CalAttnLoss checks each batch,
+            # sparing a pass over the data): only `classes` to check.
             self.classes_ = self._classes_for(n_classes)
             y_index = None
         else:
@@ -379,7 +420,8 @@ mixed_precision, checkpoint_dir, device, verbose
             train = Subset(dataset, train_index.tolist())
             validation = Subset(dataset, validation_index.tolist())
 
-        with self._explaining_input_errors(network.backbone, dataset):
+        threads = self._threads(network, int(self.batch_size))
+        with self._explaining_input_errors(network.backbone, dataset), threads:
             result = fit_module(
                 network,
                 CalAttnLoss(base, float(self.lambda_brier), n_classes),
@@ -388,6 +430,10 @@ mixed_precision, checkpoint_dir, device, verbose
                 validation_data=validation,
                 logits_fn=calibrated_logits,
                 train_transform=self.train_transform,
+                chance_advice=_CHANCE_ADVICE,
+                # The seeded network around the given backbone: its weights, reproduced by
+                # a resumed fit, tell another backbone (or head) apart.
+                fingerprint=None if self.checkpoint_dir is None else fingerprint(network),
             )
         self.network_ = network
         self.token_ = network.token
@@ -400,35 +446,37 @@ mixed_precision, checkpoint_dir, device, verbose
         self.parameter_overhead_ = self.n_extra_parameters_ / self.n_backbone_parameters_
         self.post_hoc_ = None
         if self.post_hoc == "temperature":
-            held_out, held_out_y = self._run(validation)
+            held_out, held_out_y = self._run(validation, labels=True)
             self.post_hoc_ = TemperatureScaling().fit(held_out.calibrated_logits, held_out_y)
 
     # Prediction --------------------------------------------------------------------------
 
-    def _run(self, data: Any) -> tuple[CalAttnOutput, np.ndarray]:
+    def _run(self, data: Any, *, labels: bool = False) -> tuple[CalAttnOutput, np.ndarray | None]:
         """Run the trained network over ``data`` once, in eval mode, without gradients.
 
         Returns the calibrated logits, scales and backbone logits (float64
-        numpy arrays) and the labels the data yields (``MISSING_LABEL`` for
-        arrays without labels).
+        numpy arrays) and, with ``labels`` (for scoring), the labels the data
+        yields, in any order the data comes in.
         """
-        if not isinstance(data, torch.utils.data.Dataset):
-            check_finite_inputs(data)
-            # Rows come back in the data's order: a shuffling loader's cannot be recovered.
-            check_ordered(data)
-            data, _ = as_dataset(data, label_key=self.label_key)
-        outputs, labels = self._run_batches(
-            self.network_, data, float64_outputs, resolve_device(self.device), keep_labels=True
+        check_finite_inputs(data)
+        outputs, y = self._run_batches(
+            self.network_,
+            data,
+            float64_outputs,
+            resolve_device(self.device),
+            labels=labels,
+            # Predictions must come in the data's order; scores pair rows with their labels.
+            ordered=not labels,
         )
-        return CalAttnOutput(*outputs), labels
+        return CalAttnOutput(*outputs), y
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is not None:
             return self.predict_proba(X), y
         if isinstance(X, torch.utils.data.Dataset | torch.utils.data.DataLoader):
             check_is_fitted(self, "network_")
-            outputs, y_index = self._run(as_dataset(X, label_key=self.label_key)[0])
-            return self._probabilities(outputs.calibrated_logits), self.classes_[y_index]
+            outputs, y_index = self._run(X, labels=True)
+            return self._probabilities(outputs.calibrated_logits), self._scored_labels(y_index)
         raise ValueError("y is required to score array inputs")
 
     def _probabilities(self, logits: np.ndarray) -> np.ndarray:
@@ -443,6 +491,10 @@ mixed_precision, checkpoint_dir, device, verbose
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
             Inputs in the form ``fit`` accepts (labels, if any, are ignored).
+            A DataLoader is read as given: its sampler (a
+            ``DistributedSampler`` gives this process's shard), its batches
+            and its order; one that shuffles, drops an incomplete last batch
+            or samples with replacement is refused.
 
         Returns
         -------
@@ -477,6 +529,7 @@ mixed_precision, checkpoint_dir, device, verbose
         Parameters
         ----------
         X : array-like, torch.Tensor, Dataset or DataLoader
+            As for :meth:`decision_function`.
 
         Returns
         -------

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from reliacal._data import check_column_indices
 from reliacal.backbones import BackboneAdapter, BackboneOutput
 from reliacal.finetune.director_network import inverse_softplus
 from reliacal.finetune.losses import brier_loss
@@ -186,11 +187,7 @@ class CalAttnLoss:
         self.n_classes = n_classes
 
     def __call__(self, outputs: CalAttnOutput, target: torch.Tensor) -> torch.Tensor:
-        if bool(((target < 0) | (target >= self.n_classes)).any()):
-            raise ValueError(
-                f"training labels must be class indices in [0, {self.n_classes}); got values "
-                f"from {int(target.min())} to {int(target.max())}"
-            )
+        check_column_indices(target, self.n_classes, "the training data")
         logits = outputs.calibrated_logits
         loss = self.base_loss(logits, target)
         if self.lambda_brier:

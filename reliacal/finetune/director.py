@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import functools
 import numbers
-import warnings
 from typing import Any
 
 import numpy as np
@@ -23,9 +22,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from reliacal._data import as_dataset, check_ordered, dataset_labels
+from reliacal._data import as_dataset
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import warn_at_caller
 from reliacal.backbones import as_backbone
 from reliacal.finetune._estimator import (
     FinetuneEstimator,
@@ -42,6 +42,7 @@ from reliacal.finetune.director_network import (
 from reliacal.training import (
     TRAINING_CONSTRAINTS,
     draw_shared_seed,
+    fingerprint,
     fit_module,
     loop_split,
     resumable_seed,
@@ -49,6 +50,13 @@ from reliacal.training import (
 )
 
 __all__ = ["DiffusionReconfigurer", "StudentBelowTeacherWarning"]
+
+# The end of the training loop's warning when no epoch rose above chance.
+_CHANCE_ADVICE = (
+    "DiffusionReconfigurer's student starts from its teacher: check that the teacher is "
+    "above chance on these labels (teacher_val_accuracy_) and that the labels match the "
+    "inputs; then train longer (max_epochs) or change learning_rate."
+)
 
 
 class StudentBelowTeacherWarning(UserWarning):
@@ -121,11 +129,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
     initialisation, then learns a correction of the teacher's step and the
     noise, and the student starts as the teacher itself (same predictions, up
     to the ``noise_init`` noise) instead of as a network with its last ``k``
-    blocks removed. ``anchor="none"`` is the paper's form, smaller than the
-    teacher; it starts far from the teacher (with ``k = L`` at chance) and
-    needs the authors' long schedule (hundreds of epochs with warm-up) to
-    recover, all the more since the EMA of the weights moves slowly in a
-    short run (``benchmarks/results/decisions.md#director-anchor``).
+    blocks removed. ``anchor="none"`` is the paper's form, the one that
+    compresses: with ``reconfigure="all"`` the student is smaller than the
+    teacher. It starts far from the teacher (with ``k = L`` at chance) and
+    recovers only over enough optimiser steps, all the more since the EMA of
+    the weights moves slowly in a short run
+    (``benchmarks/results/decisions.md#director-anchor``).
 
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
@@ -173,9 +182,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
         the parameter count is then the teacher's plus the shared step's.
-        ``"none"``: the paper's student, which replaces the blocks.
-        ``"teacher"`` because the unanchored student lost most of its
-        teacher's accuracy in short fits
+        ``"none"``: the paper's student, which replaces the blocks and, with
+        ``reconfigure="all"``, has fewer parameters than the teacher.
+        ``"teacher"`` by default because in short fits the anchored student
+        was the more accurate and the unanchored one fell below its teacher
         (``benchmarks/results/decisions.md#director-anchor``).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy: the
@@ -222,7 +232,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
     accuracy_margin : float, default=0.02
         At the end of ``fit`` the student's validation accuracy (of the kept
         checkpoint, ``n_draws`` paths) is compared with the teacher's on the
-        same held-out rows; a :class:`StudentBelowTeacherWarning` says what to
+        same held-out rows; a ``StudentBelowTeacherWarning`` says what to
         change when it is lower by more than this (0.02 = 2 points). Nothing
         is compared with ``validation_fraction=0``.
     n_iter_no_change : int or None, default=None
@@ -237,12 +247,22 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Seeds the student's initialisation, training, and the noise of every
         prediction call (each call then draws the same paths); a RandomState
         gives the seed it draws.
-    verbose : int or bool, default=0
-        Progress bars (1: epochs, 2: also batches).
+    verbose : int or bool, default=1
+        Progress bars on stderr, as PyTorch Lightning shows them: 1 over the
+        epochs and the batches of fit and predict, 2 also a line of scores
+        per epoch, 0 silent. On by default, since a fine-tuning takes minutes.
     classes : array-like of shape (K,) or None, default=None
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
+    n_threads : int or None, default=None
+        Number of CPU threads torch uses while the estimator fits and
+        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+        restored afterwards. ``None``: one thread for a small network
+        (parameters times rows per batch below
+        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+        threads barely speed up and threads waiting on a busy machine slow
+        down many times over; torch's own setting for a larger one.
     {label_key}
 
     Attributes
@@ -351,23 +371,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
                 "set lambda_var > 0 to pull the noise towards it"
             )
 
-    def _fit_dataset_labels(self, dataset: Any, n_classes: int) -> None:
-        """Check that a Dataset's labels are column indices and set ``classes_``."""
-        labels = dataset_labels(dataset, batch_size=int(self.batch_size))
-        if labels.dtype.kind not in "iu" or labels.min() < 0 or labels.max() >= n_classes:
-            raise ValueError(
-                "a Dataset or DataLoader given to fit must yield labels that are column indices "
-                f"0..{n_classes - 1} of the backbone's outputs; got values such as "
-                f"{np.unique(labels)[:5].tolist()}"
-            )
-        self.classes_ = self._classes_for(n_classes)
-
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is None and isinstance(X, Dataset | DataLoader):
-            # Labels in dataset order, the order predict_proba runs in (a shuffling
-            # DataLoader would otherwise pair each prediction with another label).
-            dataset, _ = as_dataset(X, label_key=self.label_key)
-            return self.predict_proba(dataset), self.classes_[dataset_labels(dataset)]
+            # One pass gives each prediction with its own label, in any order the data has.
+            (probs, _), labels = self._predictive_moments(X, labels=True)
+            return probs, self._scored_labels(labels)
         return super()._predict_proba_with_labels(X, y)
 
     # Saving ----------------------------------------------------------------------------------
@@ -405,7 +413,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
             Inputs of the backbone: images ``(n, C, H, W)``, token ids
             ``(n, L)``, a dict such as ``{"input_ids": ..., "attention_mask": ...}``,
             or a Dataset / DataLoader yielding ``(x, y)`` with ``y`` the column
-            index.
+            index. A DataLoader's dataset and ``collate_fn`` are trained on in
+            shuffled batches of ``batch_size`` (a warning says when the
+            loader's own batch size differs); a sampler that selects or
+            weights rows is refused.
         y : array-like of shape (n,), optional
             Labels (among ``classes``) for array inputs; None for a Dataset.
 
@@ -474,15 +485,19 @@ class DiffusionReconfigurer(FinetuneEstimator):
             random_state=seed,
         )
         train_part, validation = self._validation_split(dataset, seed)
-        result = fit_module(
-            module,
-            loss,
-            train_part,
-            config=config,
-            validation_data=validation,
-            logits_fn=_first,
-            callbacks=[functools.partial(_record_components, history, loss)],
-        )
+        with self._threads(module, int(self.batch_size)):
+            result = fit_module(
+                module,
+                loss,
+                train_part,
+                config=config,
+                validation_data=validation,
+                logits_fn=_first,
+                callbacks=[functools.partial(_record_components, history, loss)],
+                chance_advice=_CHANCE_ADVICE,
+                # The teacher and the student seeded from it: another backbone is told apart.
+                fingerprint=None if self.checkpoint_dir is None else fingerprint(module),
+            )
         self.network_ = student.cpu().eval()
         self.teacher_val_accuracy_ = self._teacher_accuracy(teacher, validation)
         best = next((e for e in result.history if e["epoch"] == result.best_epoch), {})
@@ -516,7 +531,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
             return (module(x).logits.float(),)
 
         (scores,), labels = self._run_batches(
-            teacher, validation, logits, resolve_device(self.device), keep_labels=True
+            teacher, validation, logits, resolve_device(self.device), labels=True
         )
         return float(np.mean(scores.argmax(axis=1) == labels))
 
@@ -529,13 +544,11 @@ class DiffusionReconfigurer(FinetuneEstimator):
             if self.anchor == "none"
             else "train longer (max_epochs), lower learning_rate or ema_decay"
         )
-        warnings.warn(
+        warn_at_caller(
             f"the DIRECTOR student's validation accuracy {self.student_val_accuracy_:.1%} is "
             f"{shortfall:.1%} below its teacher's {self.teacher_val_accuracy_:.1%} (more than "
             f"accuracy_margin={self.accuracy_margin}): {advice}, or reconfigure fewer blocks",
             StudentBelowTeacherWarning,
-            # Past _train, fit and scikit-learn's _fit_context wrapper: the caller's line.
-            stacklevel=5,
         )
 
     # Prediction ------------------------------------------------------------------------------
@@ -550,19 +563,24 @@ class DiffusionReconfigurer(FinetuneEstimator):
             seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         return torch.Generator(device=device).manual_seed(seed)
 
-    def _predictive_moments(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``."""
+    def _predictive_moments(
+        self, X: Any, *, labels: bool = False
+    ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray | None]:
+        """Mean of the sampled softmaxes ``(n, K)`` and their mean entropy ``(n,)``.
+
+        With ``labels`` (for scoring), also the labels the data yields, in
+        any order the data comes in; otherwise the rows come in the data's
+        order, which a shuffling loader could not give.
+        """
         check_is_fitted(self, "network_")
-        # Rows come back in the data's order: a shuffling loader's cannot be recovered.
-        check_ordered(X)
-        dataset, _ = as_dataset(X, label_key=self.label_key)
         check_finite_inputs(X)
         device = resolve_device(self.device)
         forward = functools.partial(
             _sampled_moments, n_draws=int(self.n_draws), generator=self._generator(device)
         )
-        (mean_probs, mean_entropy), _ = self._run_batches(self.network_, dataset, forward, device)
-        return mean_probs, mean_entropy
+        return self._run_batches(
+            self.network_, X, forward, device, labels=labels, ordered=not labels
+        )
 
     def predict_proba(
         self, X: Any, return_uncertainty: bool = False
@@ -572,7 +590,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Parameters
         ----------
         X : array-like, tensor, dict of arrays, Dataset or DataLoader
-            Backbone inputs (see :meth:`fit`).
+            Backbone inputs (see :meth:`fit`). A DataLoader is read as
+            given: its sampler (a ``DistributedSampler`` gives this process's
+            shard), its batches and its order; one that shuffles, drops an
+            incomplete last batch or samples with replacement is refused. The
+            sampled noise follows the batches, so other batches give other
+            draws.
         return_uncertainty : bool, default=False
             Also return :meth:`uncertainty`'s table, computed from the same
             sampled paths, so that one pass gives both (as
@@ -585,7 +608,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         pandas.DataFrame of shape (n, 3)
             Only with ``return_uncertainty=True``: see :meth:`uncertainty`.
         """
-        probs, expected_entropy = self._predictive_moments(X)
+        (probs, expected_entropy), _ = self._predictive_moments(X)
         if return_uncertainty:
             return probs, _uncertainty_table(probs, expected_entropy)
         return probs
@@ -633,4 +656,4 @@ class DiffusionReconfigurer(FinetuneEstimator):
         -------
         pandas.DataFrame of shape (n, 3)
         """
-        return _uncertainty_table(*self._predictive_moments(X))
+        return _uncertainty_table(*self._predictive_moments(X)[0])

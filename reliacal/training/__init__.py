@@ -12,12 +12,17 @@ their hyperparameters.
 
 from __future__ import annotations
 
+from reliacal._data import fingerprint
 from reliacal.training._estimator import (
+    SMALL_WORK,
+    THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
     NetworkEstimatorMixin,
     PositiveIntegers,
     resumable_seed,
     seeded_torch,
+    thread_count,
+    torch_threads,
     training_config,
 )
 from reliacal.training._fit import (
@@ -33,14 +38,19 @@ __all__ = [
     "CheckpointError",
     "NetworkEstimatorMixin",
     "PositiveIntegers",
+    "SMALL_WORK",
+    "THREADS_CONSTRAINT",
     "TRAINING_CONSTRAINTS",
     "TrainingConfig",
     "TrainingDivergedError",
     "TrainingResult",
     "draw_shared_seed",
+    "fingerprint",
     "fit_module",
     "loop_split",
     "resumable_seed",
     "seeded_torch",
+    "thread_count",
+    "torch_threads",
     "training_config",
 ]

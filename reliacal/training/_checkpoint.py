@@ -7,6 +7,12 @@ checkpoint folder must not be a way to run code. The hash detects damage
 (disks, copies, crashes); it is not a signature against someone who can write
 to the folder. Every damaged, incomplete or unwritable folder is reported as a
 :class:`CheckpointError` that names the file and the fix.
+
+A checkpoint also records what its run was written for (:func:`run_fingerprint`):
+the network's parameter names and shapes, a fingerprint of the training data and
+the caller's fingerprint of the starting weights. A folder reused for another run
+(other data of the same size, another backbone, another width) is refused by
+:func:`check_fingerprint` instead of handing back the old run's model.
 """
 
 from __future__ import annotations
@@ -22,15 +28,21 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from torch import nn
+
+from reliacal._data import fingerprint
+from reliacal._validation import warn_at_caller
 
 __all__ = [
     "CHECKPOINT_NAME",
     "CheckpointError",
     "check_checkpoint_dir",
     "check_entries",
+    "check_fingerprint",
     "checkpoint_path",
     "load_checkpoint",
     "read_seed_file",
+    "run_fingerprint",
     "save_checkpoint",
     "write_atomically",
     "write_seed_file",
@@ -278,3 +290,85 @@ def read_seed_file(path: Path) -> int:
             f"{_remedy(path.parent)}"
         )
     return seed
+
+
+def run_fingerprint(
+    module: nn.Module, train_data: Any, validation_data: Any, start: str | None
+) -> dict[str, Any]:
+    """What a run is written for: architecture, data and starting weights.
+
+    ``architecture`` lists ``[name, shape, dtype]`` of every tensor in the
+    module's ``state_dict``; ``data`` is :func:`reliacal._data.fingerprint` of
+    the training and validation data (None, with a warning, when they cannot
+    be pickled); ``start`` is the caller's fingerprint of the starting
+    weights (None when not given). Plain lists and strings, so that a
+    weights-only load reads them.
+    """
+    architecture = [
+        [name, list(value.shape), str(value.dtype)]
+        for name, value in module.state_dict().items()
+        if isinstance(value, torch.Tensor)
+    ]
+    try:
+        data = fingerprint((train_data, validation_data))
+    except Exception as error:  # pickling fails in many ways (lambdas, local classes, files)
+        warn_at_caller(
+            f"checkpoint_dir: the training data cannot be fingerprinted ({type(error).__name__}: "
+            f"{error}), so a checkpoint written for other data of the same size would not be "
+            "recognised; use a new checkpoint_dir for each data set",
+            UserWarning,
+        )
+        data = None
+    return {"architecture": architecture, "data": data, "start": start}
+
+
+def _architecture_difference(saved: list, current: list) -> str:
+    """``new: a (3, 2); missing: b (2, 2); changed: c (4,) -> (8,)``, a few of each."""
+    before = {name: tuple(shape) for name, shape, _ in saved}
+    after = {name: tuple(shape) for name, shape, _ in current}
+    parts = []
+    new = [f"{name} {after[name]}" for name in after if name not in before]
+    missing = [f"{name} {before[name]}" for name in before if name not in after]
+    changed = [
+        f"{name} {before[name]} -> {after[name]}"
+        for name in after
+        if name in before and before[name] != after[name]
+    ]
+    dtypes = [
+        f"{name} {dtype_before} -> {dtype_after}"
+        for (name, _, dtype_before), (other, _, dtype_after) in zip(saved, current)
+        if name == other and dtype_before != dtype_after
+    ]
+    for label, entries in (("new", new), ("missing", missing), ("changed", changed + dtypes)):
+        if entries:
+            more = f" and {len(entries) - 3} more" if len(entries) > 3 else ""
+            parts.append(f"{label}: {', '.join(entries[:3])}{more}")
+    return "; ".join(parts) or "the order of the parameters differs"
+
+
+def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    """Refuse to resume from a checkpoint written for another run (see :func:`run_fingerprint`).
+
+    Raises
+    ------
+    ValueError
+        When the network's parameter names or shapes, the training data, or
+        the starting weights differ from the checkpoint's.
+    """
+    remedy = f"use a new checkpoint_dir, or delete the folder {path.parent} to start afresh"
+    if saved["architecture"] != current["architecture"]:
+        difference = _architecture_difference(saved["architecture"], current["architecture"])
+        raise ValueError(
+            f"the checkpoint {path} was written for another network (its parameters differ: "
+            f"{difference}); {remedy}"
+        )
+    if None not in (saved["data"], current["data"]) and saved["data"] != current["data"]:
+        raise ValueError(
+            f"the checkpoint {path} was written for other training data (the same number of "
+            f"samples, but other values, labels or order); {remedy}"
+        )
+    if saved["start"] != current["start"]:
+        raise ValueError(
+            f"the checkpoint {path} was written for a run that started from other weights "
+            f"(another backbone, or another initialisation); {remedy}"
+        )

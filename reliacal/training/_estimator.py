@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods
+from sklearn.utils._param_validation import HasMethods, Interval
 
 from reliacal.training._checkpoint import check_checkpoint_dir, read_seed_file, write_seed_file
 from reliacal.training._constraints import TRAINING_CONSTRAINTS as _TRAINER_CONSTRAINTS
@@ -29,11 +29,15 @@ from reliacal.training._fit import TrainingConfig, TrainingDivergedError
 from reliacal.training._randomness import SplitStream, broadcast_seed, split_indices
 
 __all__ = [
+    "SMALL_WORK",
+    "THREADS_CONSTRAINT",
     "TRAINING_CONSTRAINTS",
     "NetworkEstimatorMixin",
     "PositiveIntegers",
     "resumable_seed",
     "seeded_torch",
+    "thread_count",
+    "torch_threads",
     "training_config",
 ]
 
@@ -43,6 +47,68 @@ TRAINING_CONSTRAINTS: dict[str, list] = {
     **_TRAINER_CONSTRAINTS,
     "random_state": ["random_state"],
 }
+
+
+#: The ``n_threads`` parameter of the estimators that train a network: like
+#: scikit-learn's ``n_jobs``, a positive count, or None to let the estimator choose.
+THREADS_CONSTRAINT: list = [Interval(numbers.Integral, 1, None, closed="left"), None]
+
+#: Parameters times rows per batch below which a network works on one CPU thread
+#: when ``n_threads=None``: 2**26 (67 million), for instance AdaptiveTS's automatic
+#: widths on up to about 100 classes of logits, or any network of 500,000 parameters
+#: in batches of 128. Each of its matrix products is then too small for more threads
+#: to gain much, while threads that wait on one another cost a great deal on a busy
+#: machine (torch starts one per core).
+SMALL_WORK = 2**26
+
+
+def thread_count(n_threads: int | None, module: torch.nn.Module, rows: int) -> int | None:
+    """torch's CPU threads for work on ``module`` in batches of ``rows``; None: leave them.
+
+    ``n_threads`` as given, else 1 for small work (parameters times ``rows``
+    below :data:`SMALL_WORK`) and None (torch's current setting) above it.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> thread_count(None, nn.Linear(16, 16), rows=128), thread_count(4, nn.Linear(16, 16), 128)
+    (1, 4)
+    >>> thread_count(None, nn.Linear(4096, 4096), rows=64) is None
+    True
+    """
+    if n_threads is not None:
+        return int(n_threads)
+    n_parameters = sum(parameter.numel() for parameter in module.parameters())
+    return 1 if n_parameters * int(rows) < SMALL_WORK else None
+
+
+@contextlib.contextmanager
+def torch_threads(n_threads: int | None) -> Iterator[None]:
+    """Run the block on ``n_threads`` intra-op CPU threads, then restore the caller's count.
+
+    ``None`` leaves the setting alone. ``torch.set_num_threads`` is
+    process-wide: the block should not share the process with other torch
+    work running in parallel threads.
+
+    Examples
+    --------
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    previous = torch.get_num_threads()
+    if n_threads is None or n_threads == previous:
+        yield
+        return
+    torch.set_num_threads(int(n_threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class PositiveIntegers(HasMethods):
@@ -187,8 +253,10 @@ class NetworkEstimatorMixin:
     were first written (so that a seed reproduces earlier releases' fits):
 
     ``_split_stream``
-        How :meth:`_split` shuffles (see
-        :func:`reliacal.training._randomness.split_indices`).
+        How ``_split`` shuffles: ``"torch"`` (the first rows of a
+        ``torch.randperm`` validate, as in the training loop), ``"numpy"`` (the
+        first rows of a NumPy ``RandomState`` permutation) or ``"stratified"``
+        (scikit-learn's ``train_test_split``, stratified by the labels).
     ``_seed_from_int``
         ``True``: even an integer ``random_state`` is only the seed of a
         NumPy generator from which the fit's seed is drawn (CalAttn);
@@ -198,7 +266,7 @@ class NetworkEstimatorMixin:
     The fitted network is ``network_`` (for an ensemble, each member's
     ``network``). A fit that fails leaves the estimator unfitted; when
     training diverged, the error's ``module`` attribute holds the network with
-    the last good weights (see :meth:`_divergence_policy`).
+    the last good weights (see ``_divergence_policy``).
     """
 
     _split_stream: ClassVar[SplitStream] = "torch"
@@ -224,6 +292,10 @@ class NetworkEstimatorMixin:
         return split_indices(
             n, float(self.validation_fraction), seed, stream=self._split_stream, labels=labels
         )
+
+    def _threads(self, module: torch.nn.Module, rows: int):
+        """Context: the CPU threads for work on ``module`` (see :func:`thread_count`)."""
+        return torch_threads(thread_count(getattr(self, "n_threads", None), module, rows))
 
     def _reset_fitted(self) -> None:
         """Forget every fitted attribute (the names ending in ``_``)."""

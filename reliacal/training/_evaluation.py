@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
 from reliacal._data import split_batch
 from reliacal._device import to_device
@@ -54,6 +55,7 @@ def evaluate(
     device: torch.device,
     autocast: Callable,
     params: dict[str, torch.Tensor] | None = None,
+    progress: bool = False,
 ) -> tuple[dict[str, float], str | None, float | None]:
     """Mean loss and, when the outputs are classification logits, ECE / NLL / accuracy.
 
@@ -61,15 +63,20 @@ def evaluate(
     pass only. Returns the scores, the reason why ECE / NLL / accuracy cannot
     be computed (None when they are), and the chance accuracy of the
     validation labels (:func:`~reliacal.training._selection.chance_accuracy`;
-    None without classification scores).
+    None without classification scores). ``progress`` shows a bar over the
+    batches.
     """
     was_training = module.training
     module.eval()
     loss_sum, count = 0.0, 0
     all_logits, all_y = [], []
     why_not: str | None = None
+    # Updated by hand: tqdm.auto's class opens an iterator of what it wraps, and a
+    # DataLoader's iterator draws its seed from torch's generator (dropout's stream).
+    bar = tqdm(total=len(loader), desc="validation", leave=False, disable=not progress)
     try:
         for batch in loader:
+            bar.update()
             x, y = split_batch(batch, require_labels=True)
             x, y = as_input(to_device(x, device)), to_device(y, device)
             with autocast():
@@ -89,6 +96,7 @@ def evaluate(
                 all_logits.append(logits.detach().float().cpu())
                 all_y.append(y.detach().cpu())
     finally:
+        bar.close()
         module.train(was_training)
     if count == 0:
         raise ValueError("the validation data is empty")

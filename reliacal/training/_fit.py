@@ -97,12 +97,19 @@ class TrainingConfig:
     checkpoint_dir : str or None, default=None
         Directory of ``checkpoint.pt``, rewritten after every epoch; when it
         exists, :func:`fit_module` resumes from it (a finished run returns at
-        once). Use a fresh directory for a new run. Each write is atomic and
-        records the file's SHA-256; a damaged file is refused, never resumed.
-    device : str, default="auto"
-        Passed to :func:`reliacal._device.resolve_device`.
+        once). Use a fresh directory for a new run: a checkpoint written for
+        another network (parameter names or shapes), other training data or,
+        with ``fit_module(fingerprint=...)``, other starting weights is
+        refused. Each write is atomic and records the file's SHA-256; a
+        damaged file is refused, never resumed.
+    device : str or torch.device, default="auto"
+        Where the module trains: ``"auto"`` picks CUDA when a GPU is visible,
+        else the CPU; asking for CUDA on a machine without one is a ``ValueError``.
     verbose : int or bool, default=0
-        0 (False) silent, 1 (True) a progress bar over epochs, 2 also one over batches.
+        0 (False) silent; 1 (True) progress bars over the epochs and over the
+        batches of the current epoch (training, then validation), as
+        PyTorch Lightning shows them; 2 also writes each epoch's scores as a
+        line above the bars. Bars go to stderr, on rank 0 only.
     random_state : int or None, default=None
         Seeds the validation split, the shuffling and (inside the fit only) the
         Python, NumPy and torch generators, so that a CPU fit is reproducible.
@@ -171,6 +178,8 @@ def fit_module(
     logits_fn: Callable[[Any], torch.Tensor] | None = None,
     train_transform: Callable[[Any], Any] | None = None,
     callbacks: Iterable[Callable[[int, dict[str, Any]], bool | None]] = (),
+    chance_advice: str | None = None,
+    fingerprint: str | None = None,
 ) -> TrainingResult:
     """Train ``module`` in place by minimising ``loss_fn(module(x), y)``.
 
@@ -221,6 +230,22 @@ def fit_module(
         process, after the checkpoint is written), with ``epoch`` counted from
         1 and ``logs`` that epoch's history entry. A callback that returns
         ``True`` stops training.
+    chance_advice : str or None, default=None
+        The advice that ends the warning raised when no epoch's validation
+        accuracy rose above chance. ``None``: train longer, change the
+        learning rate, check the labels, which suits a network trained from
+        its inputs; an estimator whose accuracy cannot change (a temperature
+        on fixed logits) says what applies instead.
+    fingerprint : str or None, default=None
+        Identifies the weights the run starts from, for ``checkpoint_dir``:
+        a folder whose checkpoint was written with another value is refused
+        rather than resumed. The loop itself records the module's parameter
+        names and shapes and a fingerprint of ``train_data`` and
+        ``validation_data`` (their values, labels and order), but not the
+        starting weights, which a resumed run need not reproduce; pass, for
+        instance, :func:`reliacal.training.fingerprint` of the module when
+        they are reproducible (a seeded initialisation around pre-trained
+        weights).
 
     Returns
     -------
@@ -241,14 +266,20 @@ def fit_module(
         training) or holds a damaged checkpoint; the message names the file.
         It is a ``ValueError``.
     ValueError
-        On invalid inputs or a checkpoint written by a different configuration.
+        On invalid inputs, or a checkpoint written by a different
+        configuration, for another network, other data or other starting
+        weights.
 
     Warns
     -----
     UserWarning
         When no epoch's validation accuracy rose above chance: the kept
         weights predict no better than always answering the most frequent
-        validation label.
+        validation label. The warning is attributed to the caller's line
+        (the first frame outside reliacal). Also when, with
+        ``checkpoint_dir``, the training data cannot be fingerprinted (it
+        cannot be pickled): other data of the same size would then not be
+        recognised.
 
     Examples
     --------
@@ -290,7 +321,20 @@ def fit_module(
             "set validation_fraction > 0"
         )
 
-    run = Run(module, loss_fn, train_data, config, validation_data, logits_fn, train_transform)
+    for name, value in (("chance_advice", chance_advice), ("fingerprint", fingerprint)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string or None, got {value!r}")
+    run = Run(
+        module,
+        loss_fn,
+        train_data,
+        config,
+        validation_data,
+        logits_fn,
+        train_transform,
+        chance_advice,
+        fingerprint,
+    )
     forked = torch.random.fork_rng(
         devices=[run.device] if run.device.type == "cuda" else [],
         enabled=config.random_state is not None,

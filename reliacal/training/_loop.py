@@ -13,10 +13,11 @@ A maintainer's map of the moving parts:
 - Resume. A checkpoint is written after every epoch (rank 0 only; every
   rank's RNG state is gathered into it) and holds the weights, optimiser,
   scheduler, scaler, EMA, best state and history, the run seed and the
-  configuration minus the settings that may change (``RESUMABLE_CHANGES``).
-  A new run in the same folder checks the configuration and sample count,
-  reloads all of it and continues with the next epoch; the RNG states make
-  the continuation bit-identical on the CPU.
+  configuration minus the settings that may change (``RESUMABLE_CHANGES``),
+  and what the run was written for (network shapes, data, starting weights:
+  ``_checkpoint.run_fingerprint``). A new run in the same folder checks all of
+  these, reloads the state and continues with the next epoch; the RNG states
+  make the continuation bit-identical on the CPU.
 - DDP. Each process trains on its shard of every batch, all-reduces the
   loss sums for the epoch log and the NaN verdict of every step, scores the
   whole validation set itself (so selection and early stopping agree), and
@@ -34,6 +35,7 @@ import logging
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -51,8 +53,10 @@ from reliacal._device import resolve_device, to_device
 from reliacal.training._checkpoint import (
     check_checkpoint_dir,
     check_entries,
+    check_fingerprint,
     checkpoint_path,
     load_checkpoint,
+    run_fingerprint,
     save_checkpoint,
 )
 from reliacal.training._evaluation import as_input, batch_length, evaluate
@@ -77,7 +81,18 @@ RESUMABLE_CHANGES = ("checkpoint_dir", "device", "verbose", "num_workers")
 class Run:
     """State of one call to :func:`fit_module`."""
 
-    def __init__(self, module, loss_fn, train_data, config, validation_data, logits_fn, transform):
+    def __init__(
+        self,
+        module,
+        loss_fn,
+        train_data,
+        config,
+        validation_data,
+        logits_fn,
+        transform,
+        chance_advice=None,
+        start_fingerprint=None,
+    ):
         """Set up a run: processes, seed, split, loaders, model on its device, optimiser.
 
         Nothing is trained yet (:meth:`fit` does); a checkpoint found in
@@ -100,12 +115,18 @@ class Run:
             Maps the module's outputs to the logits that validation scores.
         transform : callable or None
             Applied to each training batch's inputs on the device (augmentation).
+        chance_advice : str or None
+            The estimator's advice in the warning of a run never above chance.
+        start_fingerprint : object or None
+            What else the run starts from (a backbone's weights), recorded in
+            the checkpoint's fingerprint beside the network and the data.
 
         Raises
         ------
         ValueError
-            A checkpoint written for another configuration or another number
-            of training samples, or an empty ``train_data``.
+            A checkpoint written for another configuration, another number of
+            training samples, other data, labels, network or starting weights,
+            or an empty ``train_data``.
 
         Notes
         -----
@@ -120,8 +141,15 @@ class Run:
         """
         self.module, self.loss_fn, self.config = module, loss_fn, config
         self.logits_fn, self.transform = logits_fn, transform
+        self.chance_advice = chance_advice
         self._find_processes()
         self.n_samples = len(train_data)
+        # What a checkpoint is written for (before training moves the weights).
+        self.fingerprint = (
+            None
+            if not self.config.checkpoint_dir
+            else run_fingerprint(module, train_data, validation_data, start_fingerprint)
+        )
         self._settle_seed()
         train_data, validation_data = self._split(train_data, validation_data)
         self._build_loaders(train_data, validation_data)
@@ -155,6 +183,7 @@ class Run:
                     f"the checkpoint {self.path} was written for {self.checkpoint['n_samples']} "
                     f"training samples, train_data has {self.n_samples}; use a new checkpoint_dir"
                 )
+            check_fingerprint(self.checkpoint["fingerprint"], self.fingerprint, self.path)
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
@@ -316,12 +345,13 @@ class Run:
         elif patience is not None and self.epochs_without_improvement >= patience:
             self.finished = self.stopped_early = True
         if self.main:
-            logger.info(
-                "epoch %d/%d %s",
-                self.epochs_done,
-                self.config.max_epochs,
-                " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k != "epoch"),
-            )
+            scores = " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k != "epoch")
+            logger.info("epoch %d/%d %s", self.epochs_done, self.config.max_epochs, scores)
+            if self.config.verbose >= 2:
+                # Above the bars, which tqdm redraws below it.
+                tqdm.write(
+                    f"epoch {self.epochs_done}/{self.config.max_epochs} {scores}", file=sys.stderr
+                )
         return logs
 
     def _train_epoch(self, epoch_index: int) -> float:
@@ -333,7 +363,7 @@ class Run:
             self.train_loader,
             desc=f"epoch {epoch_index + 1}",
             leave=False,
-            disable=not (self.config.verbose >= 2 and self.main),
+            disable=not (self.config.verbose >= 1 and self.main),
         )
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -450,6 +480,7 @@ class Run:
             device=self.device,
             autocast=self.precision.autocast,
             params=None if self.ema is None else self.ema.params,
+            progress=self.config.verbose >= 1 and self.main,
         )
         if self.config.selection_metric not in scores:
             raise ValueError(
@@ -482,7 +513,9 @@ class Run:
             self.best_epoch = self.epochs_done
         elif self.main:
             # A run resumed after it finished validates nothing: chance is then unknown.
-            warn_if_never_above_chance(self.history, self.chance, self.best_epoch)
+            warn_if_never_above_chance(
+                self.history, self.chance, self.best_epoch, self.chance_advice
+            )
         self.module.load_state_dict(self.best_state)
         self.module.to("cpu").eval()
         return TrainingResult(
@@ -510,6 +543,7 @@ class Run:
             self.path,
             {
                 "config": _config_dict(self.config),
+                "fingerprint": self.fingerprint,
                 "seed": self.seed,
                 "n_samples": self.n_samples,
                 "epochs_done": self.epochs_done,
@@ -604,6 +638,7 @@ def _config_dict(config) -> dict[str, Any]:
 # What Run._save writes and Run._load reads.
 CHECKPOINT_ENTRIES = (
     "config",
+    "fingerprint",
     "seed",
     "n_samples",
     "epochs_done",

@@ -15,13 +15,20 @@ Without classification scores (outputs that are not logits, selected by
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["chance_accuracy", "improves", "is_above_chance", "warn_if_never_above_chance"]
+from reliacal._validation import warn_at_caller
+
+__all__ = [
+    "DEFAULT_CHANCE_ADVICE",
+    "chance_accuracy",
+    "improves",
+    "is_above_chance",
+    "warn_if_never_above_chance",
+]
 
 # Accuracy and chance are both counts over the same n; the slack only absorbs rounding.
 _TOLERANCE = 1e-9
@@ -106,23 +113,34 @@ def improves(
     return _metric_better(entry[f"val_{metric}"], best[f"val_{metric}"], metric)
 
 
+#: What the chance warning advises by default: a network trained from its inputs.
+DEFAULT_CHANCE_ADVICE = (
+    "Train longer (max_epochs), change learning_rate or warmup_epochs, and check that "
+    "the labels match the inputs."
+)
+
+
 def warn_if_never_above_chance(
-    history: Sequence[Mapping[str, Any]], chance: float | None, best_epoch: int
+    history: Sequence[Mapping[str, Any]],
+    chance: float | None,
+    best_epoch: int,
+    advice: str | None = None,
 ) -> None:
-    """Warn when no epoch of ``history`` has a validation accuracy above ``chance``."""
+    """Warn when no epoch of ``history`` has a validation accuracy above ``chance``.
+
+    ``advice`` ends the message (:data:`DEFAULT_CHANCE_ADVICE` when None); the
+    warning names the first caller outside reliacal (its ``fit`` line).
+    """
     if chance is None or not history:
         return
     verdicts = [is_above_chance(entry, chance) for entry in history]
     if any(verdict is None for verdict in verdicts) or any(verdicts):
         return
     best = max(entry["val_accuracy"] for entry in history)
-    warnings.warn(
+    warn_at_caller(
         f"validation accuracy never rose above chance ({chance:.3f}, the share of the most "
         f"frequent validation label) in {len(history)} epoch(s) (best {best:.3f}); the kept "
         f"weights (epoch {best_epoch}) predict no better than always answering that label. "
-        "Train longer (max_epochs), change learning_rate or warmup_epochs, and check that "
-        "the labels match the inputs (when calibrating fixed logits, as AdaptiveTS does, "
-        "it is the model that produced them that is at chance)",
+        + (DEFAULT_CHANCE_ADVICE if advice is None else advice),
         UserWarning,
-        stacklevel=2,
     )

@@ -391,6 +391,31 @@ def test_plain_module_with_named_parts_and_callables():
         spatial(x)
 
 
+class _FeaturesAndAuxiliary(nn.Module):
+    """A feature part that returns its features beside an auxiliary output, in a container."""
+
+    def __init__(self, body, container):
+        super().__init__()
+        self.body, self.container = body, container
+
+    def forward(self, x):
+        features = self.body(x)
+        if self.container is dict:
+            return {"features": features, "auxiliary": features.detach()}
+        return self.container([features, features.detach()])
+
+
+@pytest.mark.parametrize("container", [tuple, list, dict])
+def test_plain_features_that_return_a_container_get_a_clear_error(container):
+    torch.manual_seed(0)
+    model = make_plain()
+    model.body = _FeaturesAndAuxiliary(model.body, container)
+    adapter = as_backbone(model, features="body", head="fc")
+    expected = rf"features returned a {container.__name__}.*one tensor"
+    with pytest.raises(ValueError, match=expected):
+        adapter.eval()(images())
+
+
 def test_timm_name_string_and_pass_through():
     adapter = as_backbone(
         "vit_tiny_patch16_224",
@@ -525,6 +550,36 @@ def test_memory_with_dataset_inputs(tmp_path):
         _, _, y_out = extract_outputs(adapter, loader, device="cpu", memory=tmp_path)
     assert counter.calls == 6  # 3 batches for the dataset, 3 for the loader, then cache hits
     np.testing.assert_array_equal(y_out, np.arange(N_SAMPLES) % N_CLASSES)
+
+
+def test_memory_keys_on_the_rows_a_loaders_sampler_reads(tmp_path):
+    torch.manual_seed(0)
+    adapter = as_backbone(make_timm_vit())
+    dataset = TensorDataset(images(), torch.arange(N_SAMPLES) % N_CLASSES)
+    direct = extract_outputs(adapter, dataset, batch_size=4, device="cpu")
+    for rows in ([0, 1, 2, 3], [4, 5, 6, 7], [4, 5, 6, 7]):
+        loader = DataLoader(dataset, batch_size=4, sampler=rows)
+        _, logits, y = extract_outputs(adapter, loader, device="cpu", memory=tmp_path)
+        # The rows named, never the outputs cached for other rows.
+        np.testing.assert_allclose(logits, direct[1][rows], atol=1e-5)
+        np.testing.assert_array_equal(y, direct[2][rows])
+
+
+def test_memory_warns_at_the_callers_line_when_the_data_cannot_be_hashed(tmp_path):
+    from reliacal.calibrators import TemperatureScaling
+
+    class Local(torch.utils.data.Dataset):  # defined in a function: pickle cannot name it
+        def __len__(self):
+            return N_SAMPLES
+
+        def __getitem__(self, index):
+            return images()[index], index % N_CLASSES
+
+    torch.manual_seed(0)
+    calibrator = TemperatureScaling(backbone=make_timm_vit(), device="cpu", memory=tmp_path)
+    with pytest.warns(RuntimeWarning, match="memory= is ignored") as caught:
+        calibrator.fit(Local())
+    assert caught[0].filename == __file__
 
 
 def test_extract_outputs_bad_input():

@@ -381,6 +381,122 @@ def test_argmax_kept_and_rows_sum_to_one_on_extreme_logits(n_draws):
     np.testing.assert_array_equal(proba.argmax(axis=1), extreme.argmax(axis=1))
 
 
+def test_the_chance_warning_explains_fixed_logits_and_points_at_the_fit_call():
+    # Logits that ignore the labels: their argmax, which a temperature keeps, is at chance.
+    rng = np.random.default_rng(0)
+    logits, y = rng.normal(size=(300, 3)), rng.integers(0, 3, size=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AdaptiveTS(**TINY, initial_temperature=None).fit(logits, y)
+    (warning,) = [w for w in caught if "never rose above chance" in str(w.message)]
+    assert warning.filename == __file__
+    message = str(warning.message)
+    assert "AdaptiveTS" in message and "model that produced" in message
+    assert "Train longer" not in message
+
+
+def _grow(model, top_logits):
+    """Probabilities and temperatures of the rows ``[s, 0, 0]`` for each ``s``."""
+    X = np.array([[top, 0.0, 0.0] for top in top_logits])
+    return model.predict_proba(X), model.temperature(X)
+
+
+GROWING = [3.0, 1e1, 1e2, 1e3, 1e5, 1e8, 1e30, 1e300]
+
+
+@pytest.mark.parametrize("confidence_inputs", [False, True])
+@pytest.mark.parametrize("n_draws", [1, 4])
+def test_confidence_keeps_growing_with_the_logits_far_outside_the_calibration_data(
+    confidence_inputs, n_draws
+):
+    # What one temperature does, the reference the per-sample one must keep far out:
+    # softmax(z / T) of [s, 0, 0] rises to 1 as s grows, finite all the way.
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY, confidence_inputs=confidence_inputs, n_draws=n_draws)
+    proba, temperature = _grow(model.fit(logits, y), GROWING)
+    assert np.all(np.isfinite(proba)) and np.all(np.isfinite(temperature))
+    assert np.all(temperature > 0)
+    assert np.all(np.diff(proba[:, 0]) >= -1e-9), proba[:, 0]
+    assert proba[-3:, 0].min() == pytest.approx(1.0, abs=1e-12)
+    if n_draws == 1:  # (sampled codes differ from row to row)
+        # Far beyond the data, T(x) no longer follows the network's extrapolation.
+        assert temperature[-1] == pytest.approx(temperature[-4], rel=1e-6)
+
+
+def test_rows_within_the_calibration_data_keep_the_networks_own_temperature():
+    # The oracle: the member network read directly, without any bound.
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY).fit(logits, y)
+    (member,) = model.members_
+    rng = np.random.default_rng(2)
+    rows = logits + rng.normal(scale=0.5, size=logits.shape)  # a little off the fitted rows
+    standardised = (rows - model.feature_mean_) / model.feature_scale_
+    with torch.no_grad():
+        h = torch.as_tensor(standardised, dtype=torch.float32)
+        z = torch.as_tensor(rows)
+        expected = member.network.temperature_of(member.network.posterior(h)[0], z).double()
+    np.testing.assert_allclose(model.temperature(rows), expected.numpy(), rtol=1e-6)
+
+
+def test_logits_beyond_the_float64_range_of_z_over_t_are_a_clear_error():
+    # Under-confident logits: T(x) < 1 enlarges them, past the largest float near 1e308.
+    logits, y = _logit_problem()
+    model = AdaptiveTS(**TINY).fit(0.1 * logits, y)
+    top = np.finfo(np.float64).max / 2
+    assert model.temperature(np.array([[top, 0.0, 0.0]]))[0] < 0.5
+    with pytest.raises(ValueError, match=r"overflow float64 for 1 row"):
+        model.predict_proba(np.array([[top, 0.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+class ThreadSpy:
+    """Records torch's thread count each time a wrapped callable runs."""
+
+    def __init__(self, function):
+        self.function, self.seen = function, set()
+
+    def __call__(self, *args, **kwargs):
+        self.seen.add(torch.get_num_threads())
+        return self.function(*args, **kwargs)
+
+
+@pytest.fixture
+def three_caller_threads():
+    """The caller's setting is 3 threads for the test; restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield 3
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize(("n_threads", "expected"), [(None, 1), (2, 2)])
+def test_a_small_network_works_on_one_thread_unless_told_and_restores_the_callers(
+    three_caller_threads, n_threads, expected
+):
+    logits, y = _logit_problem()
+    seen_in_training = set()
+    model = AdaptiveTS(**TINY, n_threads=n_threads, loss=_spied_elbo(seen_in_training))
+    model.fit(logits, y)
+    assert seen_in_training == {expected}
+    assert torch.get_num_threads() == three_caller_threads
+    network = model.members_[0].network
+    network.posterior = ThreadSpy(network.posterior)
+    model.predict_proba(logits)
+    assert network.posterior.seen == {expected}
+    assert torch.get_num_threads() == three_caller_threads
+
+
+def _spied_elbo(seen):
+    """The default loss in AdaptiveTS(loss=...)'s callable form, adding the thread count
+    of every call to the set ``seen``."""
+
+    def loss(logits, y, sample_weight, variational):
+        seen.add(torch.get_num_threads())
+        terms = variational + F.cross_entropy(logits, y, reduction="none")
+        return (sample_weight * terms).mean()
+
+    return loss
+
+
 def test_sampling_is_seeded_and_differs_from_the_posterior_mean():
     logits, y = _logit_problem()
     model = AdaptiveTS(**TINY).fit(logits, y)

@@ -117,6 +117,8 @@ def test_the_demo_s_post_hoc_rows_are_the_table_s():
         "TemperatureScaling",
         "VectorScaling",
         "MatrixScaling (ODIR)",
+        "StructuredVectorScaling",
+        "StructuredMatrixScaling",
         "AdaptiveTS",
     ]
     assert names[1 : 1 + len(table_rows)] == table_rows

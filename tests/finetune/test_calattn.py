@@ -112,6 +112,43 @@ def test_scale_head_matches_its_formula_and_stays_positive():
     assert (model.scale(image_data()[0]) > 0).all()
 
 
+def test_the_chance_warning_names_calattn_and_points_at_the_fit_call():
+    # Identical images: every prediction is the same class, at chance on balanced labels.
+    X, y = image_data()
+    X = np.zeros_like(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quick(max_epochs=1).fit(X, y)
+    (warning,) = [w for w in caught if "never rose above chance" in str(w.message)]
+    assert warning.filename == __file__
+    assert "CalAttnFinetuner" in str(warning.message)
+    assert "AdaptiveTS" not in str(warning.message)
+
+
+class _ThreadsSeen:
+    """train_transform that records torch's thread count at every training step."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def __call__(self, x):
+        self.seen.add(torch.get_num_threads())
+        return x
+
+
+@pytest.mark.parametrize(("n_threads", "expected"), [(None, 1), (2, 2)])
+def test_a_tiny_network_trains_on_one_thread_unless_told(n_threads, expected):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        seen = _ThreadsSeen()
+        quick(max_epochs=1, n_threads=n_threads, train_transform=seen).fit(*image_data())
+        assert seen.seen == {expected}
+        assert torch.get_num_threads() == 3  # the caller's setting, restored
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_default_initialisation_starts_near_softplus_of_zero():
     # Default PyTorch initialisation: the scale starts near softplus(0) = log 2.
     model = quick(max_epochs=1, learning_rate=1e-9).fit(*image_data())
@@ -319,6 +356,19 @@ def test_without_calibration_head_it_is_plain_fine_tuning():
     np.testing.assert_allclose(model.decision_function(X), logits, rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:validation accuracy never rose")
+def test_step_schedule_lowers_the_rate_at_each_milestone():
+    # The paper's recipe (SGD, steps at 150 and 250) in miniature: x0.1 from epochs 1 and 2.
+    X, y = image_data()
+    model = quick(
+        optimizer="sgd", learning_rate=0.01, schedule="step", milestones=(1, 2), max_epochs=3
+    ).fit(X, y)
+    # The rate of each epoch's last step, by hand: 0.01 * 0.1 ** (milestones reached).
+    np.testing.assert_allclose([epoch["lr"] for epoch in model.history_], [1e-2, 1e-3, 1e-4])
+    cosine = quick(optimizer="sgd", learning_rate=0.01, max_epochs=3).fit(X, y)
+    assert cosine.history_[0]["lr"] < 1e-2  # the default decays within the first epoch
+
+
 def test_global_scale_learns_one_scale_shared_by_every_sample():
     X, y = image_data()
     untrained = quick(calibration_head="global")._build_network(seed=0).scale_head
@@ -480,6 +530,21 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         reliacal.load(tmp_path / "calattn.zip", backbone=torch.nn.Linear(2, 2))
 
 
+@pytest.mark.filterwarnings("ignore:validation accuracy never rose")
+def test_save_and_load_keep_the_step_schedule(tmp_path, no_pickle):
+    X, y = image_data()
+    schedule = {"schedule": "step", "milestones": (1,), "gamma": 0.5}
+    model = quick(optimizer="sgd", learning_rate=0.01, **schedule).fit(X, y)
+    model.save(tmp_path / "calattn.zip")
+    loaded = reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(seed=5))
+    params = loaded.get_params(deep=False)
+    assert {name: params[name] for name in schedule} == schedule
+    assert type(params["milestones"]) is tuple
+    np.testing.assert_array_equal(model.predict_proba(X), loaded.predict_proba(X))
+    # The rates of the two epochs, by hand: 0.01, then 0.01 * 0.5 from milestone 1 on.
+    np.testing.assert_allclose([epoch["lr"] for epoch in loaded.history_], [1e-2, 5e-3])
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -492,6 +557,8 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         ({"initial_scale": 0.0}, "'initial_scale' parameter .* must be"),
         ({"initial_scale": 0.5, "calibration_head": False}, "fixes the scale to 1"),
         ({"optimizer": "lbfgs"}, "'optimizer' parameter .* must be a str among"),
+        ({"schedule": "linear"}, "'schedule' parameter .* must be a str among"),
+        ({"milestones": (-1,)}, "each of milestones must be an integer >= 0"),
         ({"train_transform": 3}, "'train_transform' parameter .* must be a callable"),
         ({"verbose": -1}, "'verbose' parameter"),
         ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),
@@ -527,7 +594,7 @@ def test_duplicate_classes_are_refused_for_a_dataset_too():
 def test_out_of_range_dataset_labels_raise():
     X, _ = image_data()
     bad = TensorDataset(torch.from_numpy(X), torch.full((len(X),), N_CLASSES))
-    with pytest.raises(ValueError, match="class indices in"):
+    with pytest.raises(ValueError, match=r"column indices 0\.\.2 .*\[3\]"):
         quick(validation_fraction=0.0).fit(bad)
 
 

@@ -487,9 +487,10 @@ def test_dataset_and_dataloader_inputs(digits):
     ).fit(DataLoader(data, batch_size=32))
     assert estimator.classes_[3] == "digit 3"
     assert estimator.predict(data)[0] in names
+    # The loader's batches, which the sampled noise follows, serve both calls.
     accuracy = estimator.score(DataLoader(data, batch_size=50))
-    expected = np.mean(estimator.predict(X[:96]) == np.asarray(names)[y[:96]])
-    assert accuracy == pytest.approx(expected)
+    predicted = estimator.predict(DataLoader(data, batch_size=50))
+    assert accuracy == pytest.approx(np.mean(predicted == np.asarray(names)[y[:96]]))
     shifted = TensorDataset(torch.from_numpy(X[:8]), torch.from_numpy(y[:8]) + 10)
     with pytest.raises(ValueError, match="column indices"):
         DiffusionReconfigurer(tiny_vit(), max_epochs=1, device="cpu").fit(shifted)
@@ -541,10 +542,20 @@ def test_score_on_a_shuffling_loader_pairs_each_prediction_with_its_label(digits
     from torch.utils.data import DataLoader, TensorDataset
 
     X, y = digits
-    X, y = torch.as_tensor(X[:64]), torch.as_tensor(y[:64])
-    loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
-    expected = fitted_vit.score(X.numpy(), y.numpy())
-    assert fitted_vit.score(loader) == pytest.approx(expected)
+    data = TensorDataset(torch.as_tensor(X[:64]), torch.as_tensor(y[:64]))
+
+    # What shuffle=True makes, with a generator of its own so that its order can be replayed.
+    def sampler():
+        return torch.utils.data.RandomSampler(data, generator=torch.Generator().manual_seed(3))
+
+    shuffled = DataLoader(data, batch_size=16, sampler=sampler())
+    # The oracle: the same order given as a fixed list of indices, in the same batches
+    # (the sampled noise follows the batches), against the labels in that order.
+    order = list(sampler())
+    assert sorted(order) == list(range(64)) and order != sorted(order)
+    predicted = fitted_vit.predict(DataLoader(data, batch_size=16, sampler=order))
+    expected = np.mean(predicted == y[:64][order])
+    assert fitted_vit.score(shuffled) == pytest.approx(expected)
 
 
 def test_resumed_fit_keeps_the_history_of_every_epoch(
@@ -714,6 +725,19 @@ def test_an_unseeded_refit_in_the_same_checkpoint_dir_holds_out_the_same_rows(
             random_state=None,
         ).fit(X[:64], y[:64])
     assert held_out[0] == held_out[1]
+
+
+def test_a_finished_folder_refuses_another_teacher(digits, trained_teacher, tmp_path):
+    X, y = digits
+    settings = dict(
+        max_epochs=1, checkpoint_dir=str(tmp_path / "run"), device="cpu", random_state=0
+    )
+    DiffusionReconfigurer(trained_teacher, **settings).fit(X[:64], y[:64])
+    # The same architecture with other weights: the old student must not come back.
+    with pytest.raises(ValueError, match="started from other weights"):
+        DiffusionReconfigurer(tiny_vit(seed=1), **settings).fit(X[:64], y[:64])
+    with pytest.raises(ValueError, match="other training data"):
+        DiffusionReconfigurer(trained_teacher, **settings).fit(X[64:128], y[64:128])
 
 
 def test_no_validation_rows_means_no_comparison(digits, trained_teacher):

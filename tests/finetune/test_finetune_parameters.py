@@ -15,8 +15,9 @@ SHARED = {
     "checkpoint_dir": None,
     "device": "auto",
     "random_state": None,
-    "verbose": 0,
+    "verbose": 1,
     "classes": None,
+    "n_threads": None,
 }
 # Each method's own recipe, as its docstring documents it.
 RECIPES = {

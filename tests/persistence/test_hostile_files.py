@@ -414,19 +414,28 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path):
 # 4. Sizes, members and versions --------------------------------------------------------------
 
 
+def assert_refused_within_memory(path, match):
+    """``load(path)`` raises a ValueError matching ``match`` having allocated under 8 MiB.
+
+    The members of these files inflate to 64 MiB: staying under 8 MiB shows that they
+    were refused before being read.
+    """
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            reliacal.load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+
+
 def test_an_unreferenced_array_is_refused_before_it_is_read(ts_folder):
     # A deflated member that inflates to 64 MiB of zeros, behind a matching SHA-256.
     bomb = npy_member(np.zeros(8 * 2**20))
     arrays = stored_arrays(ts_folder)
     write_arrays(ts_folder, npz_bytes(arrays, compressed={"a99.npy": bomb}))
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="a99"):
-            reliacal.load(ts_folder)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(ts_folder, "a99")
 
 
 def test_a_compressed_array_is_refused_before_it_is_read(ts_folder):
@@ -447,14 +456,7 @@ def test_an_archive_whose_members_inflate_is_refused_before_reading(ts_folder, t
         bundle.writestr(MANIFEST, manifest)
         bundle.writestr(ARRAYS, b"\0" * 64 * 2**20)
     assert archive.stat().st_size < 2**20
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="compressed"):
-            reliacal.load(archive)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(archive, "compressed")
 
 
 def test_an_archive_with_two_manifests_is_refused(ts_folder, tmp_path):
@@ -529,27 +531,52 @@ def test_named_tuples_that_did_not_opt_in_are_not_built(ts_folder):
 # 23. Malformed manifests: each a ValueError saying what is wrong ----------------------------
 
 
+# Each malformed manifest, and what its error must say: the entry that is wrong.
 MALFORMED = {
-    "no estimator": lambda m: m.pop("estimator"),
-    "estimator not an object": lambda m: m.update(estimator=[]),
-    "params not an object": lambda m: m["estimator"].update(params=5),
-    "unknown float name": lambda m: m["estimator"]["state"].update(n_iter_={"$float": "zz"}),
-    "unknown tag": lambda m: m["estimator"]["state"].update(n_iter_={"$unknown": 1}),
-    "array key not a string": lambda m: m["estimator"]["state"].update(n_iter_={"$array": [1]}),
-    "object array shape": lambda m: m["estimator"]["state"].update(
-        n_iter_={"$object_array": [1, 2, 3], "shape": [10**12]}
+    "no estimator": (lambda m: m.pop("estimator"), r"missing entries \['estimator'\]"),
+    "estimator not an object": (
+        lambda m: m.update(estimator=[]),
+        "estimator must be a JSON object",
     ),
-    "fields not an object": lambda m: m["estimator"]["state"].update(
-        members_={"$namedtuple": "reliacal.calibrators.adaptive.AdaptiveTSMember", "fields": 3}
+    "params not an object": (
+        lambda m: m["estimator"].update(params=5),
+        "params must be a JSON object, got 5",
     ),
-    "files not an object": lambda m: m.update(files="arrays.npz"),
+    "unknown float name": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$float": "zz"}),
+        "unknown float 'zz'",
+    ),
+    "unknown tag": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$unknown": 1}),
+        r"unknown tag '\$unknown'",
+    ),
+    "array key not a string": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$array": [1]}),
+        r"array \[1\] that arrays.npz lacks",
+    ),
+    "object array shape": (
+        lambda m: m["estimator"]["state"].update(
+            n_iter_={"$object_array": [1, 2, 3], "shape": [10**12]}
+        ),
+        "object array whose shape is not its length",
+    ),
+    "fields not an object": (
+        lambda m: m["estimator"]["state"].update(
+            members_={"$namedtuple": "reliacal.calibrators.adaptive.AdaptiveTSMember", "fields": 3}
+        ),
+        "named tuple fields must be a JSON object, got 3",
+    ),
+    "files not an object": (
+        lambda m: m.update(files="arrays.npz"),
+        "'files' entry is malformed",
+    ),
 }
 
 
-@pytest.mark.parametrize("change", MALFORMED.values(), ids=MALFORMED.keys())
-def test_malformed_manifests_are_value_errors(ts_folder, change):
+@pytest.mark.parametrize(("change", "message"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_manifests_are_value_errors_that_name_the_entry(ts_folder, change, message):
     edit_manifest(ts_folder, change)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         reliacal.load(ts_folder)
 
 

@@ -2,12 +2,25 @@
 
 Run as ``python tests/training/_ddp_worker.py OUT_DIR``: writes ``single.pt`` (one process,
 batch 8) and ``ddp.pt`` (two processes, batch 4 each, the same data order).
+
+Written to pass on a loaded machine, every time:
+
+- the rendezvous store is a ``TCPStore`` that this (parent) process opens on a port the
+  system picks (port 0) and keeps open until both workers have joined: no guessed port
+  to collide with, and no store that dies with a worker;
+- every wait has a generous, explicit timeout (``TIMEOUT``), far above the run's length
+  on an idle core;
+- the workers meet at a barrier before tearing the process group down, so that neither
+  closes its connections while the other still uses them (a gloo peer that vanishes
+  mid-exchange aborts the other process: "terminate called without an active
+  exception").
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -68,20 +81,25 @@ def train(batch_size, checkpoint_dir=None):
     }
 
 
-def worker(rank, out_dir):
+TIMEOUT = timedelta(minutes=10)
+HOST = "127.0.0.1"
+
+
+def worker(rank, out_dir, port):
     torch.set_num_threads(1)
     if sys.platform.startswith("linux"):
         # Containers often lack a resolvable hostname; the loopback device always works.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group(
-        "gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=WORLD_SIZE
-    )
+    store = dist.TCPStore(HOST, port, WORLD_SIZE, is_master=False, timeout=TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT)
     try:
         outcome = train(
             batch_size=8 // WORLD_SIZE, checkpoint_dir=str(Path(out_dir) / "checkpoints")
         )
         if rank == 0:
             torch.save(outcome, Path(out_dir) / "ddp.pt")
+        # Both are done with every collective before either closes its connections.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -89,7 +107,11 @@ def worker(rank, out_dir):
 def main(out_dir):
     torch.set_num_threads(1)
     torch.save(train(batch_size=8), Path(out_dir) / "single.pt")
-    mp.spawn(worker, args=(out_dir,), nprocs=WORLD_SIZE, join=True)
+    # Port 0: the system picks a free port, held by this process for the whole run.
+    store = dist.TCPStore(
+        HOST, 0, WORLD_SIZE, is_master=True, timeout=TIMEOUT, wait_for_workers=False
+    )
+    mp.spawn(worker, args=(out_dir, store.port), nprocs=WORLD_SIZE, join=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
+from torch.utils.data import TensorDataset
 
 import reliacal.training._checkpoint as checkpoint_module
 from reliacal.finetune.calattn import CalAttnFinetuner
@@ -36,15 +37,17 @@ class CountingLoss:
 
 @pytest.fixture
 def run_in(blobs, quick):
-    """``run_in(checkpoint_dir, model=None, loss=F.cross_entropy)``: two epochs that checkpoint.
+    """``run_in(checkpoint_dir, model=None, loss=F.cross_entropy, data=None, **options)``:
+    two epochs that checkpoint.
 
-    The model defaults to a fresh ``nn.Linear(2, 2)``; the trained model is returned.
+    The model defaults to a fresh ``nn.Linear(2, 2)``, the data to ``blobs(32)``;
+    ``options`` go to ``fit_module``. The trained model is returned.
     """
 
-    def run(checkpoint_dir, model=None, loss=F.cross_entropy):
+    def run(checkpoint_dir, model=None, loss=F.cross_entropy, data=None, **options):
         model = nn.Linear(2, 2) if model is None else model
         config = quick(max_epochs=2, batch_size=8, checkpoint_dir=str(checkpoint_dir))
-        fit_module(model, loss, blobs(32), config=config)
+        fit_module(model, loss, blobs(32) if data is None else data, config=config, **options)
         return model
 
     return run
@@ -90,6 +93,65 @@ def test_intact_checkpoint_resumes_to_the_same_weights(finished_run, run_in):
     again = run_in(folder, nn.Linear(2, 2))  # other weights: the checkpoint must win
     for name, value in trained.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=0)
+
+
+# What a run was written for ------------------------------------------------------------------
+
+
+def _other_data(blobs, how):
+    data = blobs(32)
+    x, y = data.tensors
+    if how == "values":
+        return TensorDataset(x + 0.5, y)
+    if how == "labels":
+        return TensorDataset(x, y[torch.randperm(32, generator=torch.Generator().manual_seed(1))])
+    return TensorDataset(x.flip(0), y.flip(0))  # the same rows in another order
+
+
+@pytest.mark.parametrize("how", ["values", "labels", "order"])
+def test_a_finished_folder_refuses_other_training_data_of_the_same_size(
+    finished_run, run_in, blobs, how
+):
+    folder, _ = finished_run
+    loss = CountingLoss()
+    with pytest.raises(ValueError, match="written for other training data") as caught:
+        run_in(folder, data=_other_data(blobs, how), loss=loss)
+    assert loss.calls == 0 and "new checkpoint_dir" in str(caught.value)
+
+
+def test_a_finished_folder_refuses_another_architecture_naming_the_difference(finished_run, run_in):
+    folder, _ = finished_run
+    other = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    with pytest.raises(ValueError, match="written for another network") as caught:
+        run_in(folder, model=other)
+    message = str(caught.value)
+    assert "0.weight" in message and "weight" in message  # what is new, what is missing
+    assert not isinstance(caught.value, RuntimeError)
+
+
+def test_a_finished_folder_refuses_a_run_that_starts_from_other_weights(tmp_path, run_in):
+    folder = tmp_path / "run"
+    run_in(folder, fingerprint="backbone A")
+    with pytest.raises(ValueError, match="started from other weights"):
+        run_in(folder, fingerprint="backbone B")
+    run_in(folder, fingerprint="backbone A")  # the same start resumes
+
+
+def test_data_that_cannot_be_fingerprinted_warns_and_still_trains(tmp_path, run_in, blobs):
+    class Unpicklable(torch.utils.data.Dataset):  # a local class: pickle cannot name it
+        def __init__(self):
+            self.data = blobs(32)
+
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, index):
+            return self.data[index]
+
+    with pytest.warns(UserWarning, match="cannot be fingerprinted") as caught:
+        run_in(tmp_path / "run", data=Unpicklable())
+    assert caught[0].filename == __file__
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
 def test_write_syncs_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
@@ -276,14 +338,22 @@ def test_missing_checkpoint_dir_is_created(tmp_path, train):
 # The CalAttn seed file ----------------------------------------------------------------------
 
 
+VIT_SETTINGS = dict(
+    img_size=8, patch_size=4, in_chans=1, embed_dim=8, depth=1, num_heads=2, num_classes=2
+)
+
+
 def tiny_calattn(checkpoint_dir):
     torch.manual_seed(0)
-    vit = VisionTransformer(
-        img_size=8, patch_size=4, in_chans=1, embed_dim=8, depth=1, num_heads=2, num_classes=2
+    estimator = CalAttnFinetuner(
+        VisionTransformer(**VIT_SETTINGS),
+        max_epochs=1,
+        batch_size=4,
+        device="cpu",
+        checkpoint_dir=str(checkpoint_dir),
     )
-    return CalAttnFinetuner(
-        vit, max_epochs=1, batch_size=4, device="cpu", checkpoint_dir=str(checkpoint_dir)
-    )
+    estimator.backbone_settings = VIT_SETTINGS
+    return estimator
 
 
 def images(n=8):
@@ -315,3 +385,37 @@ def test_calattn_checkpoint_dir_that_is_a_file_is_refused(tmp_path):
     target.write_text("")
     with pytest.raises(CheckpointError, match="is not a folder"):
         tiny_calattn(target).fit(*images())
+
+
+# A CalAttn folder reused --------------------------------------------------------------------
+
+
+def finished_calattn(tmp_path):
+    folder = tmp_path / "run"
+    X, y = images()
+    tiny_calattn(folder).set_params(random_state=0).fit(X, y)
+    return folder, X, y
+
+
+@pytest.mark.parametrize("change", ["images", "labels", "backbone", "hidden"])
+def test_a_finished_calattn_folder_refuses_another_fit(tmp_path, change):
+    folder, X, y = finished_calattn(tmp_path)
+    estimator = tiny_calattn(folder).set_params(random_state=0)
+    if change == "images":
+        X = X + 1.0
+    elif change == "labels":
+        y = 1 - y
+    elif change == "backbone":
+        torch.manual_seed(1)
+        estimator.set_params(backbone=VisionTransformer(**estimator.backbone_settings))
+    else:
+        estimator.set_params(hidden=64)
+    expected = {
+        "images": "other training data",
+        "labels": "other training data",
+        "backbone": "started from other weights",
+        "hidden": "another network",
+    }[change]
+    with pytest.raises(ValueError, match=expected):
+        estimator.fit(X, y)
+    tiny_calattn(folder).set_params(random_state=0).fit(*images())  # the same fit resumes

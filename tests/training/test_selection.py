@@ -9,6 +9,7 @@ under test.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ class ScriptedNetwork(nn.Module):
         return self.table[epoch][x[:, 0].long()]
 
 
-def _fit(probabilities, **config):
+def _fit(probabilities, chance_advice=None, **config):
     settings = dict(max_epochs=len(probabilities), batch_size=5, learning_rate=0.01)
     settings.update(device="cpu", random_state=0, warmup_epochs=0, **config)
     network = ScriptedNetwork(probabilities)
@@ -75,6 +76,7 @@ def _fit(probabilities, **config):
         train,
         validation_data=validation,
         config=TrainingConfig(**settings),
+        **({} if chance_advice is None else {"chance_advice": chance_advice}),
     )
 
 
@@ -124,6 +126,25 @@ def test_only_chance_epochs_warn_and_keep_the_best_by_the_metric():
     with pytest.warns(UserWarning, match=r"never rose above chance \(0\.600.*in 2 epoch"):
         result = _fit([_rows(ALL_ZERO, 0.7), _rows(ALL_ZERO, 0.6)], selection_metric="ece")
     assert result.best_epoch == 2
+
+
+def _chance_warnings(caught):
+    return [w for w in caught if "never rose above chance" in str(w.message)]
+
+
+def test_the_chance_warning_points_at_the_callers_line_with_the_callers_advice():
+    at_chance = [_rows(ALL_ZERO, 0.7), _rows(ALL_ZERO, 0.6)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(at_chance)
+        _fit(at_chance, chance_advice="Feed it better logits.")
+    default, advised = _chance_warnings(caught)
+    # Not training/_loop.py or _selection.py: the line of the test that trained.
+    assert default.filename == advised.filename == __file__
+    assert "Train longer (max_epochs)" in str(default.message)
+    assert str(advised.message).endswith("Feed it better logits.")
+    assert "Train longer" not in str(advised.message)
+    assert "AdaptiveTS" not in str(default.message)
 
 
 def test_no_warning_once_an_epoch_is_above_chance(recwarn):

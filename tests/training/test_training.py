@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -530,6 +533,52 @@ def test_verbose_progress_and_logging(caplog, capsys, blobs, quick):
     assert "epochs" in capsys.readouterr().err
 
 
+def test_verbose_1_shows_the_batches_of_each_epoch_and_2_writes_each_epochs_scores(
+    capsys, blobs, quick
+):
+    # 64 rows, a quarter held out: 48 training rows in batches of 16, 3 steps an epoch.
+    config = quick(max_epochs=2, batch_size=16)
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    assert capsys.readouterr().err == ""  # verbose=0: silent
+    config.verbose = 1
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    shown = capsys.readouterr().err
+    assert "epochs" in shown and "0/2" in shown  # the bar over the epochs
+    assert "epoch 1" in shown and "0/3" in shown  # and over the steps of one
+    assert "validation" in shown
+    config.verbose = 2
+    fit_module(nn.Linear(2, 2), F.cross_entropy, blobs(), config=config)
+    shown = capsys.readouterr().err
+    assert "epoch 1/2 train_loss=" in shown and "val_ece=" in shown
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_the_validation_bar_draws_nothing_from_torchs_generator(blobs, progress):
+    # A pass over a DataLoader draws its workers' seed from torch's generator, the stream
+    # of dropout; a progress bar that opened a second iterator (tqdm.auto does, around an
+    # iterable) would draw again and change every later mask, so the trained weights.
+    from torch.utils.data import DataLoader
+
+    from reliacal.training._evaluation import evaluate
+
+    loader, model = DataLoader(blobs(), batch_size=16), nn.Linear(2, 2)
+    torch.manual_seed(0)
+    for _ in loader:
+        pass
+    expected = torch.get_rng_state()
+    torch.manual_seed(0)
+    evaluate(
+        model,
+        loader,
+        F.cross_entropy,
+        logits_fn=None,
+        device=torch.device("cpu"),
+        autocast=contextlib.nullcontext,
+        progress=progress,
+    )
+    assert torch.equal(torch.get_rng_state(), expected)
+
+
 def test_callback_can_stop_training(blobs, quick):
     result = fit_module(
         nn.Linear(2, 2),
@@ -617,11 +666,38 @@ def test_invalid_inputs_raise(blobs, quick):
         )
 
 
+def run_worker(args, timeout):
+    """Run ``python WORKER *args`` in its own process group; fail showing its output.
+
+    On a timeout the whole group (the worker and the processes it spawned) is killed,
+    so that no orphan keeps a core busy or a port open.
+    """
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"the DDP worker ran past {timeout} s; its output:\n{output[-6000:]}")
+    if process.returncode != 0:
+        pytest.fail(
+            f"the DDP worker exited with {process.returncode}; its output:\n{output[-6000:]}"
+        )
+
+
 @pytest.mark.slow
 def test_two_process_ddp_equals_single_process(tmp_path):
     # Single process with batch 8 against two gloo processes with batch 4 each and
     # the same seeded data order: DDP averages the two half-batch gradients.
-    subprocess.run([sys.executable, str(WORKER), str(tmp_path)], check=True, timeout=300)
+    run_worker([tmp_path], timeout=900)
     single = torch.load(tmp_path / "single.pt", weights_only=True)
     distributed = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert single["history_len"] == distributed["history_len"] == 3
@@ -663,3 +739,24 @@ def test_cuda_nan_guard_and_resume(tmp_path, blobs, quick):
     resumed = DropoutNet()
     result = fit_module(resumed, F.cross_entropy, blobs(), config=config)
     assert len(result.history) == 3
+
+
+def test_thread_count_is_one_for_small_work_and_the_callers_otherwise():
+    from reliacal.training import thread_count
+
+    assert thread_count(None, nn.Linear(8, 8), rows=128) == 1
+    assert thread_count(None, nn.Linear(4096, 4096), rows=64) is None  # torch's own setting
+    assert thread_count(3, nn.Linear(8, 8), rows=128) == 3  # what the caller asks for
+
+
+def test_torch_threads_restores_the_setting_even_on_failure():
+    from reliacal.training import torch_threads
+
+    previous = torch.get_num_threads()
+    with pytest.raises(KeyboardInterrupt):
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+            raise KeyboardInterrupt
+    assert torch.get_num_threads() == previous
+    with torch_threads(None):
+        assert torch.get_num_threads() == previous
