@@ -124,6 +124,25 @@ class _StructuredScaling(_LogitScaling):
     def _bias_weight(self, n_classes: int) -> float:
         return float(self.penalty_weights_[0])
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import (
+                check_loaded_array,
+                check_loaded_number,
+                loaded_state_error,
+            )
+
+            # Infinity is temperature scaling's limit for logits no better than uniform.
+            check_loaded_number(self, "temperature_", positive=True, finite=False)
+            check_loaded_number(self, "mixture_weight_", positive=True)
+            # 1 / (n + 1) for n (weighted) samples: log(1 - eps) must stay finite.
+            if self.mixture_weight_ >= 1.0:
+                raise loaded_state_error(
+                    self, "mixture_weight_", self.mixture_weight_, "a number in (0, 1)"
+                )
+            check_loaded_array(self, "penalty_weights_", (3,), minimum=0.0)
+
     def _coef_curvature(self, curvature, logits) -> np.ndarray:
         """The diagonal of the Hessian of the loss in ``coef`` at the identity map."""
         raise NotImplementedError

@@ -328,6 +328,59 @@ class VennAbersCalibration(OneVsRestCalibrator):
             self.lower_.append(lower)
             self.upper_.append(upper)
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_predictors()
+
+    def _check_loaded_predictors(self) -> None:
+        """One predictor per fold, each with a sorted table of knots per map and the
+        bounds of its ``len(knots) + 1`` gaps: ``p0`` in ``[0, 1)``, ``p1`` in ``(0, 1]``."""
+        from reliacal.persistence import check_loaded_array, loaded_state_error
+
+        n_folds = 1 if self.inductive else self.n_splits
+        n_maps = self._n_maps()
+        for name in ("knots_", "lower_", "upper_"):
+            folds = getattr(self, name, None)
+            if not (
+                isinstance(folds, list)
+                and len(folds) == n_folds
+                and all(isinstance(fold, list) and len(fold) == n_maps for fold in folds)
+            ):
+                raise loaded_state_error(
+                    self, name, folds, f"a list of {n_folds} lists of {n_maps} arrays"
+                )
+        for fold in range(n_folds):
+            for m in range(n_maps):
+                knots = check_loaded_array(
+                    self,
+                    f"knots_[{fold}][{m}]",
+                    (None,),
+                    value=self.knots_[fold][m],
+                    increasing=True,
+                )
+                gaps = (knots.shape[0] + 1,)
+                lower = check_loaded_array(
+                    self,
+                    f"lower_[{fold}][{m}]",
+                    gaps,
+                    value=self.lower_[fold][m],
+                    minimum=0.0,
+                    maximum=1.0,
+                )
+                if lower.max() >= 1.0:
+                    raise loaded_state_error(
+                        self, f"lower_[{fold}][{m}]", lower, "bounds p0 below 1"
+                    )
+                check_loaded_array(
+                    self,
+                    f"upper_[{fold}][{m}]",
+                    gaps,
+                    value=self.upper_[fold][m],
+                    maximum=1.0,
+                    positive=True,
+                )
+
     def _fold_bounds(self, fold: int, scores) -> tuple[np.ndarray, np.ndarray]:
         """``(p0, p1)`` of shape ``(n, m)`` from the predictor of one fold."""
         knots, lower, upper = self.knots_[fold], self.lower_[fold], self.upper_[fold]

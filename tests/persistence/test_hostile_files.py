@@ -20,17 +20,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 
 import reliacal
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import (
+    CenteredIsotonicCalibration,
     EnsembleTemperatureScaling,
     HistogramBinning,
     IsotonicCalibration,
     MatrixScaling,
+    QuadraticScaling,
+    SplineCalibration,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
     TemperatureScaling,
     VectorScaling,
+    VennAbersCalibration,
 )
 from reliacal.datasets import make_logits
 from reliacal.persistence import save
@@ -223,6 +230,88 @@ def test_lookup_tables_no_fit_gives_are_refused(tmp_path):
     write_arrays(binning, npz_bytes(arrays))
     with pytest.raises(ValueError, match="edges_"):
         reliacal.load(binning)
+
+
+def change_state(folder: Path, path: tuple, change) -> None:
+    """Replace the fitted value at ``path`` (attribute, then list indices) by ``change(value)``.
+
+    An ``$array`` entry gets the array ``change(array)`` in ``arrays.npz``; any other entry
+    is replaced in the manifest. Checksums are recomputed.
+    """
+    manifest = read_manifest(folder)
+    parent, key = manifest["estimator"]["state"], path[0]
+    for index in path[1:]:
+        parent, key = parent[key], index
+    entry = parent[key]
+    if isinstance(entry, dict) and "$array" in entry:
+        arrays = stored_arrays(folder)
+        arrays[entry["$array"]] = np.asarray(change(arrays[entry["$array"]]))
+        write_arrays(folder, npz_bytes(arrays))
+    else:
+        parent[key] = change(entry)
+        write_manifest(folder, manifest)
+
+
+def _unsorted(array):
+    return array[::-1].copy()
+
+
+def _longer(array):
+    return np.append(array, array[-1:])
+
+
+# (calibrator, path to the fitted value, change): each gives a state that no fit gives.
+RANKED_CORRUPTIONS = {
+    "svs-temperature-negative": (StructuredVectorScaling(), ("temperature_",), lambda v: -1.0),
+    "svs-temperature-nan": (
+        StructuredVectorScaling(),
+        ("temperature_",),
+        lambda v: {"$float": "nan"},
+    ),
+    "svs-coef-shape": (StructuredVectorScaling(), ("coef_",), _longer),
+    "sms-mixture-one": (StructuredMatrixScaling(), ("mixture_weight_",), lambda v: 1.0),
+    "sms-mixture-zero": (StructuredMatrixScaling(), ("mixture_weight_",), lambda v: 0.0),
+    "sms-penalty-negative": (StructuredMatrixScaling(), ("penalty_weights_",), lambda a: -a),
+    "sms-coef-nan": (StructuredMatrixScaling(), ("coef_",), lambda a: np.full_like(a, np.nan)),
+    "quadratic-coef-shape": (QuadraticScaling(), ("coef_",), lambda a: a[:, 0].copy()),
+    "quadratic-intercept-inf": (
+        QuadraticScaling(),
+        ("intercept_",),
+        lambda a: np.full_like(a, np.inf),
+    ),
+    "venn-abers-knots-unsorted": (VennAbersCalibration(), ("knots_", 0, 1), _unsorted),
+    "venn-abers-knots-nan": (
+        VennAbersCalibration(),
+        ("knots_", 0, 0),
+        lambda a: np.full_like(a, np.nan),
+    ),
+    "venn-abers-upper-length": (VennAbersCalibration(), ("upper_", 0, 2), _longer),
+    "venn-abers-upper-zero": (VennAbersCalibration(), ("upper_", 0, 0), np.zeros_like),
+    "venn-abers-lower-one": (VennAbersCalibration(), ("lower_", 0, 1), np.ones_like),
+    "venn-abers-folds": (
+        VennAbersCalibration(),
+        ("lower_",),
+        lambda folds: folds + folds,
+    ),
+    "cir-knots-unsorted": (CenteredIsotonicCalibration(), ("knots_", 0), _unsorted),
+    "cir-values-above-one": (CenteredIsotonicCalibration(), ("values_", 2), lambda a: a + 2.0),
+    "cir-values-length": (CenteredIsotonicCalibration(), ("values_", 1), _longer),
+    "spline-knots-repeated": (SplineCalibration(), ("knots_", 0), _longer),
+    "spline-coef-length": (SplineCalibration(), ("coef_", 2), _longer),
+    "spline-coef-inf": (SplineCalibration(), ("coef_", 1), lambda a: np.full_like(a, np.inf)),
+    "spline-maps": (SplineCalibration(), ("coef_",), lambda maps: maps[:2]),
+    "spline-reg-param-negative": (SplineCalibration(), ("reg_param_",), lambda a: a - 10.0),
+}
+
+
+@pytest.mark.parametrize("case", list(RANKED_CORRUPTIONS))
+def test_ranked_calibrators_refuse_a_state_no_fit_gives(tmp_path, case):
+    model, path, change = RANKED_CORRUPTIONS[case]
+    folder = fitted_folder(tmp_path, clone(model))
+    reliacal.load(folder)  # the file as saved loads
+    change_state(folder, path, change)
+    with pytest.raises(ValueError, match=f"{path[0]}.*refusing to load it"):
+        reliacal.load(folder)
 
 
 @pytest.mark.parametrize(
