@@ -24,7 +24,7 @@ are scored in float64, as ours):
 - the MiniLM of ``text_wordnet.py`` (seed 0's baseline, fine-tuned on WordNet
   noun glosses; its cached weights come from ``text_wordnet.py --seed 0``, and
   the problem is skipped without them): its logits on the 3,500 calibration and
-  test glosses, split ``--splits`` times into 1,500 / 2,000 (``--no-minilm``
+  test glosses, split ``--splits`` times, stratified, into 1,500 / 2,000 (``--no-minilm``
   leaves it out).
 
 For each case the test log loss (NLL), top-label ECE (15 equal-width bins,
@@ -376,10 +376,8 @@ def minilm_problem(seeds, log) -> Problem | None:
         return None
     logits, labels = _wordnet_task.teacher_logits(0, budget)
     probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    splits = []
-    for seed in seeds:
-        order = np.random.default_rng(seed).permutation(len(labels))
-        splits.append((order[:MINILM_CALIBRATION_SIZE], order[MINILM_CALIBRATION_SIZE:]))
+    # Stratified: the rarest categories have 2 glosses here, one on each side.
+    splits = _stratified_splits(labels, MINILM_CALIBRATION_SIZE, seeds)
     return Problem(_normalised(probabilities), labels, splits, "text")
 
 
