@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format install clean
+.PHONY: demo test lint format install wheel docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,21 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check reliacal tests benchmarks examples
-	$(BIN)/ruff format --check reliacal tests benchmarks examples
+	$(BIN)/ruff check reliacal tests benchmarks examples docs .ci
+	$(BIN)/ruff format --check reliacal tests benchmarks examples docs .ci
+
+# The documentation site in docs/_build/html; any warning (a broken reference, a docstring
+# that does not render, a gallery example that fails) fails the build.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+
+# Build the sdist and the wheel, install the wheel alone in a fresh venv, smoke-test it.
+wheel: $(STAMP)
+	.ci/check_wheel
 
 format: $(STAMP)
 	$(BIN)/ruff format reliacal tests benchmarks examples
 	$(BIN)/ruff check --fix reliacal tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) reliacal-demo .pytest_cache
+	rm -rf $(VENV) reliacal-demo .pytest_cache build dist docs/_build docs/api docs/auto_examples

@@ -2,8 +2,10 @@
 
 Every benchmark runs as ``.venv/bin/python benchmarks/<name>.py`` from the
 repository root. Python then puts ``benchmarks/`` first on the import path, so
-``import _common`` finds this file without a package or an install (the same
-route by which ``adaptive_ts_variants.py`` imports ``posthoc_quality``).
+``import _common`` finds this file without a package or an install. The other
+shared pieces live in ``_``-prefixed modules beside it (``_posthoc_data``,
+``_wordnet_task``, ``_timing``), found the same way; a script imports those,
+never another script (``tests/test_benchmarks.py``).
 
 The header says how to rerun a result and on what it was measured::
 

@@ -55,8 +55,8 @@ import time
 import warnings
 
 import _common
+import _posthoc_data as posthoc
 import numpy as np
-import posthoc_quality as quality
 import torch
 from joblib import Parallel, delayed
 from torch.nn import functional as F
@@ -65,7 +65,7 @@ from reliacal.calibrators import AdaptiveTS, TemperatureScaling
 from reliacal.finetune.losses import mmce_loss
 from reliacal.metrics import expected_calibration_error, negative_log_likelihood, softmax
 
-DATASETS = (*quality.RECORDS, "digits")
+DATASETS = (*posthoc.RECORDS, "digits")
 LOG_SCALINGS = {"shrunk x0.5": 0.5, "amplified x1.5": 1.5}
 
 
@@ -169,18 +169,18 @@ def log_linear_temperatures(logits_fit, y_fit, start: float, logits_predict) -> 
 def load(name: str, seeds: range):
     """(X for AdaptiveTS, logits, labels, n_logits, splits) of one dataset."""
     if name == "digits":
-        pooled, logits, y, _ = quality.digits_outputs(False, lambda message: None)
-        splits = quality.digits_splits(y, quality.DIGITS_CALIBRATION_SIZE, seeds)
+        pooled, logits, y, _ = posthoc.digits_outputs(False, lambda message: None)
+        splits = posthoc.digits_splits(y, posthoc.DIGITS_CALIBRATION_SIZE, seeds)
         return np.hstack([pooled, logits]), logits, y, logits.shape[1], splits
-    with np.load(quality.DATA_DIR / f"{name}.npz") as data:
-        logits = quality.log_probabilities(data["predictions"])
+    with np.load(posthoc.DATA_DIR / f"{name}.npz") as data:
+        logits = posthoc.log_probabilities(data["predictions"])
         y = data["ground_truth"].astype(np.int64)
-    return logits, logits, y, None, quality.random_splits(len(y), seeds)
+    return logits, logits, y, None, posthoc.random_splits(len(y), seeds)
 
 
 def run_dataset(name: str, seeds: range):
     """``scores[row] -> [(ECE %, NLL, fell back to TemperatureScaling) per split]`` and the
-    measurement floor of each split (``posthoc_quality.measurement_floor``)."""
+    measurement floor of each split (``posthoc_posthoc.measurement_floor``)."""
     _common.limit_threads(1)
     X, logits, y, n_logits, splits = load(name, seeds)
     scores: dict[str, list[tuple[float, float, bool]]] = {}
@@ -200,7 +200,7 @@ def run_dataset(name: str, seeds: range):
         ts = TemperatureScaling().fit(logits[calibration], y[calibration])
         ts_probabilities = ts.predict_proba(logits[test])
         score("TemperatureScaling", ts_probabilities, test)
-        floors.append(quality.measurement_floor(ts_probabilities, floor_rng))
+        floors.append(posthoc.measurement_floor(ts_probabilities, floor_rng))
         for row, params in TRAINED_VARIANTS.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -235,7 +235,7 @@ def goal_verdict(row: str, results: dict[str, dict]) -> str:
         if values[:, 0].mean() < ts[:, 0].mean() - 1e-6:
             lower.append(name)
         nll_ok &= values[:, 1].mean() <= 1.01 * ts[:, 1].mean()
-    n_records = sum(name in lower for name in quality.RECORDS)
+    n_records = sum(name in lower for name in posthoc.RECORDS)
     meets = n_records >= 3 and "digits" in lower and nll_ok
     return (
         f"- {row}: lower mean ECE on {n_records} of the CIFAR records"
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "The measurement floor is the mean ECE % that a perfectly calibrated model with",
         "TemperatureScaling's test probabilities measures on the same test parts (labels drawn",
-        f"from those probabilities, {quality.FLOOR_DRAWS} draws per split): the sampling noise",
+        f"from those probabilities, {posthoc.FLOOR_DRAWS} draws per split): the sampling noise",
         "of TemperatureScaling's ECE if the labels were drawn afresh. It is a reference, not a",
         "bound: the test labels are fixed by the images, and a model whose confidences are",
         "spread otherwise has a reference of its own; a row can measure below it.",

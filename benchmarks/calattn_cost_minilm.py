@@ -32,8 +32,8 @@ import statistics
 import _common
 import numpy as np
 import torch
-from calattn_digits import alternating_times, step_times
-from text_wordnet import Budget, build_data, loader, pretrained_minilm
+from _timing import alternating_times, step_times
+from _wordnet_task import Budget, build_data, loader, pretrained_minilm
 from torch.utils.data import DataLoader, Subset
 
 from reliacal.finetune import CalAttnFinetuner

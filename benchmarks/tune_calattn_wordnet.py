@@ -104,8 +104,7 @@ from pathlib import Path
 import _common
 import numpy as np
 import torch
-from scipy.special import softmax
-from text_wordnet import (
+from _wordnet_task import (
     MAX_LENGTH,
     Budget,
     Glosses,
@@ -114,6 +113,7 @@ from text_wordnet import (
     pretrained_minilm,
     stratified_split,
 )
+from scipy.special import softmax
 
 from reliacal.datasets import load_wordnet_glosses
 from reliacal.finetune import CalAttnFinetuner

@@ -10,7 +10,7 @@ the report never scores:
 - OOD: ``N_VERBS`` verb glosses (``data.verb``), not adjectives.
 
 Every point starts from the same seed-0 baseline that the benchmark caches,
-with the benchmark's DIRECTOR budget (``text_wordnet.fitted_director``), and
+with the benchmark's DIRECTOR budget (``_wordnet_task.fitted_director``), and
 predicts with 10 paths. ``default`` is the estimator's defaults on the
 benchmark's last 2 blocks; every other point changes one thing, and answers
 one of two questions (``QUESTIONS``):
@@ -54,7 +54,7 @@ import time
 import _common
 import numpy as np
 import torch
-from text_wordnet import (
+from _wordnet_task import (
     DIRECTOR_BLOCKS,
     N_PATHS,
     QUICK,

@@ -14,18 +14,12 @@ from __future__ import annotations
 import importlib
 
 from reliacal._version import __version__
+from reliacal.calibrators import calibration_methods
 
+# Name -> module, imported on first use. Every calibrator of the table of methods (reading
+# the table imports no calibrator).
 _PUBLIC = {
-    "TemperatureScaling": "reliacal.calibrators",
-    "VectorScaling": "reliacal.calibrators",
-    "MatrixScaling": "reliacal.calibrators",
-    "AdaptiveTS": "reliacal.calibrators",
-    "AutoCalibrator": "reliacal.calibrators",
-    "PlattScaling": "reliacal.calibrators",
-    "IsotonicCalibration": "reliacal.calibrators",
-    "BetaCalibration": "reliacal.calibrators",
-    "HistogramBinning": "reliacal.calibrators",
-    "EnsembleTemperatureScaling": "reliacal.calibrators",
+    **{method.calibrator: "reliacal.calibrators" for method in calibration_methods().values()},
     "CalibratedClassifier": "reliacal.wrap",
     "CalAttnFinetuner": "reliacal.finetune",
     "DiffusionReconfigurer": "reliacal.finetune",

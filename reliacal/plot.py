@@ -17,21 +17,21 @@ Jupyter renders inline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from reliacal._validation import check_option, check_probabilities
 from reliacal.metrics import (
     binned_statistics,
+    compare,
     expected_calibration_error,
+    per_model,
     smooth_calibration_error,
+    smooth_reliability_band,
     smooth_reliability_curve,
 )
-from reliacal.metrics._compare import compare
-from reliacal.metrics._modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
-from reliacal.metrics._report import per_model
-from reliacal.metrics._smooth_band import smooth_reliability_band
+from reliacal.metrics.modes import CLASS, PLOT_MODES, POSITIVE, TOP_LABEL, check_mode
 
 __all__ = ["MIN_SMOOTH_DENSITY", "ReliabilityDisplay", "plot_reliability_diagrams"]
 
@@ -464,7 +464,8 @@ class ReliabilityDisplay:
             The model's colour; default: the axes' next colour.
         show_gap : bool, default=True
             Mark the gap between each bin's accuracy and its mean confidence
-            (red, hatched) for ``kind="bars"``.
+            for ``kind="bars"``: a light red, hatched, translucent band between
+            the bar's top and the diagonal, above the bar or on it.
         show_legend : bool, default=True
             Draw the legend (with the ECE).
         **kwargs
@@ -475,9 +476,21 @@ class ReliabilityDisplay:
         -------
         ReliabilityDisplay
             ``self``, with ``ax_``, ``hist_ax_`` and ``figure_`` set.
-        """
-        import matplotlib.pyplot as plt
 
+        Examples
+        --------
+        >>> import matplotlib.pyplot as plt
+        >>> y_prob = np.array([0.1, 0.3, 0.35, 0.8, 0.9, 0.95])
+        >>> y_true = np.array([0, 0, 1, 1, 1, 1])
+        >>> display = ReliabilityDisplay.from_predictions(
+        ...     y_true, y_prob, mode="positive", n_bins=5, name="toy"
+        ... )
+        >>> figure, ax = plt.subplots()
+        >>> display.plot(ax=ax, kind="line").line_.get_label()
+        'toy (ECE = 13.33%)'
+        >>> display.hist_ax_ is None  # an axes of its own: the bins' shares are not drawn
+        True
+        """
         kind = self.kind if kind is None else kind
         check_option(kind, "kind", _KINDS)
         if kind == "smooth" and self.smooth_curve is None:
@@ -485,171 +498,266 @@ class ReliabilityDisplay:
                 'kind="smooth" needs the smoothed curve: build the display with '
                 'from_predictions(..., kind="smooth")'
             )
-        if ax is None:
-            figure = plt.figure(figsize=(5.0, 6.0), layout="constrained")
-            grid = figure.add_gridspec(2, 1, height_ratios=(3, 1))
-            ax = figure.add_subplot(grid[0])
-            if hist_ax is None:
-                hist_ax = figure.add_subplot(grid[1], sharex=ax)
-        if hist_ax is False:
-            hist_ax = None
+        ax, hist_ax = _diagram_axes(ax, hist_ax)
+        _draw_diagonal(ax)
         name = self.name if name is None else name
-        statistics = self.binned_statistics
-        filled = np.asarray(statistics.counts) > 0
-        edges = np.asarray(statistics.edges, dtype=np.float64)
-        counts = np.asarray(statistics.counts)
-        accuracy = np.asarray(statistics.accuracy, dtype=np.float64)
-        confidence = np.asarray(statistics.mean_confidence, dtype=np.float64)
-
-        if not any(line.get_gid() == _DIAGONAL_ID for line in ax.get_lines()):
-            ax.plot(
-                [0, 1],
-                [0, 1],
-                ls="--",
-                color="0.4",
-                lw=1,
-                gid=_DIAGONAL_ID,
-                label="Perfect calibration",
-            )
         if kind == "smooth":
             label = _legend_label(name, "smECE", self.smooth_ece)
         else:
             label = _legend_label(name, "ECE", self.ece)
+        bins = _FilledBins.of(self.binned_statistics)
 
         self.bars_ = self.line_ = self.gap_ = self.errorbar_ = self.band_ = None
-        if kind == "bars":
-            left, right = edges[:-1][filled], edges[1:][filled]
-            shares = counts[filled] / counts.max()
-            self.bars_ = ax.bar(
-                left,
-                accuracy[filled],
-                width=right - left,
-                align="edge",
-                color=color,
-                edgecolor="black",
-                linewidth=0.6,
-                label=label,
-                **kwargs,
-            )
-            color = self.bars_.patches[0].get_facecolor()[:3]
-            if hist_ax is None:
-                for patch, share in zip(self.bars_.patches, shares):
-                    patch.set_alpha(0.25 + 0.75 * share)
-            if show_gap:
-                self.gap_ = ax.bar(
-                    left,
-                    confidence[filled] - accuracy[filled],
-                    bottom=accuracy[filled],
-                    width=right - left,
-                    align="edge",
-                    color=(0.85, 0.1, 0.1, 0.25),
-                    edgecolor=(0.7, 0.0, 0.0, 0.8),
-                    hatch="//",
-                    linewidth=0.6,
-                    label="Gap",
-                )
-            x_points = (left + right) / 2.0
-        elif kind == "line":
-            (self.line_,) = ax.plot(
-                confidence[filled],
-                accuracy[filled],
-                marker="o",
-                ms=4,
-                color=color,
-                label=label,
-                **kwargs,
-            )
-            color = self.line_.get_color()
-            x_points = confidence[filled]
-        else:
-            grid_points, smoothed, density, _ = self.smooth_curve
-            # Where almost no confidences lie, the kernel estimate is noise: leave a gap.
-            shown = np.where(np.asarray(density) >= MIN_SMOOTH_DENSITY, smoothed, np.nan)
-            (self.line_,) = ax.plot(grid_points, shown, color=color, label=label, **kwargs)
-            color = self.line_.get_color()
-            if self.smooth_band is not None:
-                visible = np.asarray(density) >= MIN_SMOOTH_DENSITY
-                self.band_ = ax.fill_between(
-                    grid_points,
-                    *self.smooth_band,
-                    where=visible,
-                    color=color,
-                    alpha=0.25,
-                    label=f"{self.confidence_level:.0%} bootstrap band",
-                )
-
+        color = self._draw_model(ax, kind, bins, label, color, show_gap, hist_ax is None, kwargs)
         if self.accuracy_interval is not None and kind != "smooth":
-            lower, upper = (bound[filled] for bound in self.accuracy_interval)
-            self.errorbar_ = ax.errorbar(
-                x_points,
-                accuracy[filled],
-                yerr=np.vstack([accuracy[filled] - lower, upper - accuracy[filled]]),
-                fmt="none",
-                ecolor="black" if kind == "bars" else color,
-                elinewidth=1,
-                capsize=2,
-                # Coloured like their model on a line plot: one legend entry would mislead.
-                label=f"{self.confidence_level:.0%} {_INTERVAL_NAMES[self.interval]}"
-                if kind == "bars"
-                else "_nolegend_",
-            )
-
+            self.errorbar_ = self._draw_intervals(ax, bins, kind, color)
         if self.ece_interval is not None:
-            low, high = self.ece_interval
-            ax.set_title(
-                f"ECE = {100.0 * self.ece:.2f}% "
-                f"({self.confidence_level:.0%} CI {100.0 * low:.2f}-{100.0 * high:.2f}%)"
-            )
-        ax.set_xlim(0.0, 1.0)
-        ax.set_ylim(0.0, 1.0)
-        ax.set_aspect("equal" if hist_ax is None else "auto")
-        x_label, y_label = self._axis_labels()
-        ax.set_ylabel(y_label)
+            ax.set_title(self._ece_interval_title())
+
+        x_label, y_label = _axis_labels(self.mode, self.class_)
+        _frame_diagram(ax, y_label, square=hist_ax is None)
         if hist_ax is None:
             ax.set_xlabel(x_label)
         else:
-            self._plot_histogram(hist_ax, kind, edges, counts, color)
+            self._draw_histogram(hist_ax, kind, bins, color)
             hist_ax.set_xlabel(x_label)
             ax.tick_params(labelbottom=False)
         if show_legend:
-            # Overlaid displays each add the diagonal's and the interval's label once.
-            unique: dict[str, Any] = {}
-            for handle, label in zip(*ax.get_legend_handles_labels()):
-                unique.setdefault(label, handle)
-            ax.legend(list(unique.values()), list(unique), loc="upper left", fontsize="small")
+            _axes_legend(ax)
         self.ax_ = ax
         self.hist_ax_ = hist_ax
         self.figure_ = ax.figure
         return self
 
-    def _plot_histogram(self, hist_ax, kind, edges, counts, color) -> None:
-        if kind == "smooth":
-            grid_points, _, density, _ = self.smooth_curve
-            hist_ax.plot(grid_points, density, color=color)
-            hist_ax.fill_between(grid_points, density, color=color, alpha=0.3)
-            hist_ax.set_ylabel("Density")
-        else:
-            hist_ax.stairs(
-                counts / counts.sum(),
-                edges,
-                fill=kind == "bars",
-                color=color,
-                alpha=0.8 if kind == "bars" else 1.0,
+    def _draw_model(self, ax, kind, bins, label, color, show_gap, shade, kwargs):
+        """The model's bars (and gaps), line or smoothed curve (and band); returns its colour."""
+        if kind == "bars":
+            self.bars_ = _draw_bars(ax, bins, label, color, shade=shade, **kwargs)
+            if show_gap:
+                self.gap_ = _draw_gaps(ax, bins)
+            return self.bars_.patches[0].get_facecolor()[:3]
+        if kind == "line":
+            (self.line_,) = ax.plot(
+                bins.confidence, bins.accuracy, marker="o", ms=4, color=color, label=label, **kwargs
             )
-            hist_ax.set_ylabel("Fraction\nof samples")
-        hist_ax.set_xlim(0.0, 1.0)
-        # Autoscaling stays on (the zero baselines are sticky) so that overlaid models fit.
-        hist_ax.set_ylim(bottom=0.0, auto=None)
+            return self.line_.get_color()
+        self.line_ = self._draw_smooth_curve(ax, label, color, **kwargs)
+        if self.smooth_band is not None:
+            self.band_ = self._draw_band(ax, self.line_.get_color())
+        return self.line_.get_color()
 
-    def _axis_labels(self) -> tuple[str, str]:
-        if self.mode == TOP_LABEL:
-            return "Confidence (top-label probability)", "Accuracy"
-        if self.mode == POSITIVE:
-            return "Predicted probability of the positive class", "Observed frequency"
-        return f"Predicted probability of class {self.class_}", "Observed frequency"
+    def _draw_histogram(self, hist_ax, kind, bins, color) -> None:
+        """What lies under the diagram: the density of the smooth curve, or the bins' shares."""
+        if kind == "smooth":
+            _draw_density(hist_ax, self.smooth_curve, color)
+        else:
+            _draw_counts(hist_ax, bins, color, filled=kind == "bars")
+
+    def _draw_smooth_curve(self, ax, label, color, **kwargs):
+        """The smoothed accuracy, blank where the density of the confidences is too low."""
+        grid_points, smoothed, density, _ = self.smooth_curve
+        # Where almost no confidences lie, the kernel estimate is noise: leave a gap.
+        shown = np.where(np.asarray(density) >= MIN_SMOOTH_DENSITY, smoothed, np.nan)
+        (line,) = ax.plot(grid_points, shown, color=color, label=label, **kwargs)
+        return line
+
+    def _draw_band(self, ax, color):
+        """The bootstrap band around the smoothed curve, where the curve is drawn."""
+        grid_points, _, density, _ = self.smooth_curve
+        return ax.fill_between(
+            grid_points,
+            *self.smooth_band,
+            where=np.asarray(density) >= MIN_SMOOTH_DENSITY,
+            color=color,
+            alpha=0.25,
+            label=f"{self.confidence_level:.0%} bootstrap band",
+        )
+
+    def _draw_intervals(self, ax, bins, kind, color):
+        """Each non-empty bin's accuracy interval: at the bin's centre on bars, at its mean
+        confidence on a line."""
+        lower, upper = (bound[bins.filled] for bound in self.accuracy_interval)
+        on_bars = kind == "bars"
+        return ax.errorbar(
+            bins.centres if on_bars else bins.confidence,
+            bins.accuracy,
+            yerr=np.vstack([bins.accuracy - lower, upper - bins.accuracy]),
+            fmt="none",
+            ecolor="black" if on_bars else color,
+            elinewidth=1,
+            capsize=2,
+            # Coloured like their model on a line plot: one legend entry would mislead.
+            label=f"{self.confidence_level:.0%} {_INTERVAL_NAMES[self.interval]}"
+            if on_bars
+            else "_nolegend_",
+        )
+
+    def _ece_interval_title(self) -> str:
+        low, high = self.ece_interval
+        return (
+            f"ECE = {100.0 * self.ece:.2f}% "
+            f"({self.confidence_level:.0%} CI {100.0 * low:.2f}-{100.0 * high:.2f}%)"
+        )
 
 
 _INTERVAL_NAMES = {"wilson": "Wilson interval", "clopper-pearson": "Clopper-Pearson interval"}
+
+# The gap between accuracy and mean confidence: a light, translucent, hatched band. Light so
+# that where accuracy is above confidence (the band lies on the bar) it lightens the bar
+# instead of darkening it into a block; translucent so that the bar shows through.
+_GAP_STYLE = {
+    "color": (1.0, 0.7, 0.7, 0.65),
+    "edgecolor": (0.7, 0.0, 0.0, 0.8),
+    "hatch": "//",
+    "linewidth": 0.6,
+}
+
+
+class _FilledBins(NamedTuple):
+    """The bins of a :class:`~reliacal.metrics.BinnedStatistics`, with the non-empty ones
+    picked out (``left`` to ``confidence`` hold the non-empty bins only)."""
+
+    edges: np.ndarray
+    counts: np.ndarray
+    filled: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    accuracy: np.ndarray
+    confidence: np.ndarray
+
+    @classmethod
+    def of(cls, statistics) -> _FilledBins:
+        edges = np.asarray(statistics.edges, dtype=np.float64)
+        counts = np.asarray(statistics.counts)
+        filled = counts > 0
+        return cls(
+            edges=edges,
+            counts=counts,
+            filled=filled,
+            left=edges[:-1][filled],
+            right=edges[1:][filled],
+            accuracy=np.asarray(statistics.accuracy, dtype=np.float64)[filled],
+            confidence=np.asarray(statistics.mean_confidence, dtype=np.float64)[filled],
+        )
+
+    @property
+    def centres(self) -> np.ndarray:
+        return (self.left + self.right) / 2.0
+
+
+def _diagram_axes(ax, hist_ax):
+    """``(ax, hist_ax)`` to draw on: a new figure (diagram over histogram) when ``ax`` is None."""
+    if ax is None:
+        figure = _new_figure((5.0, 6.0))
+        grid = figure.add_gridspec(2, 1, height_ratios=(3, 1))
+        ax = figure.add_subplot(grid[0])
+        if hist_ax is None:
+            hist_ax = figure.add_subplot(grid[1], sharex=ax)
+    return ax, None if hist_ax is False else hist_ax
+
+
+def _draw_diagonal(ax) -> None:
+    """The diagonal of perfect calibration, once per axes (overlaid displays share it)."""
+    if not any(line.get_gid() == _DIAGONAL_ID for line in ax.get_lines()):
+        ax.plot(
+            [0, 1],
+            [0, 1],
+            ls="--",
+            color="0.4",
+            lw=1,
+            gid=_DIAGONAL_ID,
+            label="Perfect calibration",
+        )
+
+
+def _draw_bars(ax, bins, label, color, *, shade, **kwargs):
+    """One bar per non-empty bin, as high as its accuracy; with ``shade`` (no histogram
+    beside them), bars of bins with few samples are paler."""
+    bars = ax.bar(
+        bins.left,
+        bins.accuracy,
+        width=bins.right - bins.left,
+        align="edge",
+        color=color,
+        edgecolor="black",
+        linewidth=0.6,
+        label=label,
+        **kwargs,
+    )
+    if shade:
+        shares = bins.counts[bins.filled] / bins.counts.max()
+        for patch, share in zip(bars.patches, shares):
+            patch.set_alpha(0.25 + 0.75 * share)
+    return bars
+
+
+def _draw_gaps(ax, bins):
+    """The band between each bar's top (accuracy) and the diagonal (mean confidence), on
+    either side of the diagonal: above the bar for over-confidence, on it for under-confidence.
+    """
+    return ax.bar(
+        bins.left,
+        bins.confidence - bins.accuracy,
+        bottom=bins.accuracy,
+        width=bins.right - bins.left,
+        align="edge",
+        label="Gap",
+        **_GAP_STYLE,
+    )
+
+
+def _draw_counts(hist_ax, bins, color, *, filled: bool) -> None:
+    """The fraction of the samples in each bin (filled under bars, an outline under a line)."""
+    hist_ax.stairs(
+        bins.counts / bins.counts.sum(),
+        bins.edges,
+        fill=filled,
+        color=color,
+        alpha=0.8 if filled else 1.0,
+    )
+    hist_ax.set_ylabel("Fraction\nof samples")
+    _frame_histogram(hist_ax)
+
+
+def _draw_density(hist_ax, smooth_curve, color) -> None:
+    """The smoothed density of the confidences, under the smoothed curve."""
+    grid_points, _, density, _ = smooth_curve
+    hist_ax.plot(grid_points, density, color=color)
+    hist_ax.fill_between(grid_points, density, color=color, alpha=0.3)
+    hist_ax.set_ylabel("Density")
+    _frame_histogram(hist_ax)
+
+
+def _frame_histogram(hist_ax) -> None:
+    hist_ax.set_xlim(0.0, 1.0)
+    # Autoscaling stays on (the zero baselines are sticky) so that overlaid models fit.
+    hist_ax.set_ylim(bottom=0.0, auto=None)
+
+
+def _frame_diagram(ax, y_label: str, *, square: bool) -> None:
+    """The unit square of the diagram (kept square when no histogram shares its x-axis)."""
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_aspect("equal" if square else "auto")
+    ax.set_ylabel(y_label)
+
+
+def _axis_labels(mode: str, class_: Any) -> tuple[str, str]:
+    """``(x label, y label)``: what the bins hold in each mode."""
+    if mode == TOP_LABEL:
+        return "Confidence (top-label probability)", "Accuracy"
+    if mode == POSITIVE:
+        return "Predicted probability of the positive class", "Observed frequency"
+    return f"Predicted probability of class {class_}", "Observed frequency"
+
+
+def _axes_legend(ax) -> None:
+    """The legend of ``ax``, where it hides the least (upper left for an over-confident
+    model); overlaid displays each add the diagonal's and the interval's label, shown once."""
+    unique: dict[str, Any] = {}
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        unique.setdefault(label, handle)
+    ax.legend(list(unique.values()), list(unique), loc="best", fontsize="small")
 
 
 def plot_reliability_diagrams(
@@ -712,8 +820,6 @@ def plot_reliability_diagrams(
     >>> len(displays["sharp"].figure_.axes)
     4
     """
-    import matplotlib.pyplot as plt
-
     if not predictions:
         raise ValueError("predictions is empty: give at least one model")
     kind = kind or ("line" if overlay else "bars")
@@ -732,19 +838,36 @@ def plot_reliability_diagrams(
         lambda name, y_prob: ReliabilityDisplay._from_data(y_true, y_prob, name=name, **shared),
     )
     if overlay:
-        figure = plt.figure(figsize=(panel_size * 1.4, panel_size * 1.7), layout="constrained")
-        grid = figure.add_gridspec(2, 1, height_ratios=(3, 1))
-        ax = figure.add_subplot(grid[0])
-        hist_ax = figure.add_subplot(grid[1], sharex=ax)
-        for index, display in enumerate(displays.values()):
-            display.plot(ax=ax, hist_ax=hist_ax, color=f"C{index}", show_gap=False)
-        return displays
+        _overlay(displays, panel_size)
+    else:
+        _side_by_side(displays, kind, panel_size, max_columns)
+    return displays
 
-    n_columns = min(len(predictions), max_columns)
-    n_rows = -(-len(predictions) // n_columns)
-    figure = plt.figure(
-        figsize=(panel_size * n_columns, panel_size * 1.35 * n_rows), layout="constrained"
-    )
+
+_MODEL_LABELS = {
+    "bars": "Accuracy per bin",
+    "line": "Accuracy per bin",
+    "smooth": "Smoothed accuracy",
+}
+
+
+def _overlay(displays: dict[str, ReliabilityDisplay], panel_size: float) -> None:
+    """Every model on one diagram (one colour each), their histograms overlaid below."""
+    figure = _new_figure((panel_size * 1.4, panel_size * 1.7))
+    grid = figure.add_gridspec(2, 1, height_ratios=(3, 1))
+    ax = figure.add_subplot(grid[0])
+    hist_ax = figure.add_subplot(grid[1], sharex=ax)
+    for index, display in enumerate(displays.values()):
+        display.plot(ax=ax, hist_ax=hist_ax, color=f"C{index}", show_gap=False)
+
+
+def _side_by_side(
+    displays: dict[str, ReliabilityDisplay], kind: str, panel_size: float, max_columns: int
+) -> None:
+    """One panel per model, titled with its name and ECE, and one legend below them all."""
+    n_columns = min(len(displays), max_columns)
+    n_rows = -(-len(displays) // n_columns)
+    figure = _new_figure((panel_size * n_columns, panel_size * 1.35 * n_rows))
     grid = figure.add_gridspec(2 * n_rows, n_columns, height_ratios=(3, 1) * n_rows)
     first_hist_ax = None
     for index, (name, display) in enumerate(displays.items()):
@@ -757,7 +880,6 @@ def plot_reliability_diagrams(
         display.plot(ax=ax, hist_ax=hist_ax, color="C0", show_legend=False)
         metric, value = ("smECE", display.smooth_ece) if kind == "smooth" else ("ECE", display.ece)
         ax.set_title(f"{name}\n{metric} = {100.0 * value:.2f}%")
-    # One legend for all panels, below them, where it hides no bar.
     first = next(iter(displays.values()))
     model_handle = first.bars_ if kind == "bars" else first.line_
     handles, labels = first.ax_.get_legend_handles_labels()
@@ -765,15 +887,48 @@ def plot_reliability_diagrams(
         _MODEL_LABELS[kind] if handle is model_handle else label
         for handle, label in zip(handles, labels)
     ]
-    figure.legend(handles, labels, loc="outside lower center", ncols=len(handles))
-    return displays
+    _figure_legend(figure, handles, labels)
 
 
-_MODEL_LABELS = {
-    "bars": "Accuracy per bin",
-    "line": "Accuracy per bin",
-    "smooth": "Smoothed accuracy",
-}
+def _new_figure(size: tuple[float, float]):
+    """A figure whose layout keeps every label inside it.
+
+    The outermost tick labels ("0.0", "1.0") are centred on the axes' ends; the layout's
+    default padding (3/72 inch) leaves them touching the figure's edge, so the margin is
+    wider.
+    """
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=size, layout="constrained")
+    figure.get_layout_engine().set(w_pad=_MARGIN, h_pad=_MARGIN)
+    return figure
+
+
+# Inches between the figure's edge and what it holds.
+_MARGIN = 0.08
+
+
+def _figure_legend(figure, handles, labels) -> None:
+    """One legend below all panels, where it hides no bar, as wide as fits in the figure.
+
+    One row of four entries is wider than a single panel: rows are added (the same number
+    of entries in each row but the last), and the font made smaller, until the legend fits.
+    """
+    n_entries = len(handles)
+    widths = sorted({-(-n_entries // rows) for rows in range(1, n_entries + 1)}, reverse=True)
+    for n_columns in widths:
+        for fontsize in ("medium", "small"):
+            legend = figure.legend(
+                handles, labels, loc="outside lower center", ncols=n_columns, fontsize=fontsize
+            )
+            if legend.get_window_extent().width <= _LEGEND_WIDTH * figure.bbox.width:
+                return
+            legend.remove()
+    figure.legend(handles, labels, loc="outside lower center", ncols=1, fontsize="small")
+
+
+# The share of the figure's width the legend may take (the rest: the layout's margins).
+_LEGEND_WIDTH = 0.96
 
 
 def _bootstrap_extras(

@@ -720,3 +720,235 @@ def test_calibrate_adaptive_is_seeded(capsys, tmp_path):
     direct = AdaptiveTS(random_state=0, classes=np.arange(3)).fit(logits[:200], labels[:200])
     with np.load(out_file) as saved:
         np.testing.assert_allclose(saved["probs"], direct.predict_proba(logits[200:]), atol=1e-6)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag_prints_the_package_version(flag, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([flag])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"reliacal {reliacal.__version__}"
+
+
+# ------------------------------------------- files as a new user writes them (issues 30, 33)
+
+
+def test_string_class_columns_are_matched_by_name_and_kept_on_output(capsys, tmp_path):
+    # Hand-computed, as the swapped binary case above: p(cat) = 0.8 on every row, 7 of 10
+    # rows are cats: accuracy 0.7, ECE (one bin) 0.1. The columns come dog first.
+    labels = ["cat"] * 7 + ["dog"] * 3
+    frame = pd.DataFrame({"p_dog": [0.2] * 10, "p_cat": [0.8] * 10, "label": labels})
+    frame.to_csv(tmp_path / "cal.csv", index=False)
+    frame.to_csv(tmp_path / "eval.csv", index=False)
+    row = evaluate_csv(capsys, tmp_path / "eval.csv")
+    assert row["accuracy"] == pytest.approx(0.7, abs=1e-12)
+    assert row["ece"] == pytest.approx(0.1, abs=1e-12)
+
+    out_file = tmp_path / "calibrated.csv"
+    status, out, err = run(
+        capsys, "calibrate", tmp_path / "cal.csv", tmp_path / "eval.csv", "--out", out_file
+    )
+    assert status == 0, err
+    written = pd.read_csv(out_file)
+    assert list(written.columns) == ["p_dog", "p_cat", "label"]
+    # Temperature scaling keeps the argmax: every row still predicts cat.
+    assert (written["p_cat"] > written["p_dog"]).all()
+    assert list(written["label"]) == labels
+
+
+def test_out_keeps_the_prefix_of_numbered_columns(capsys, halves, load_record):
+    probs, labels = load_record("lenet-5-cifar-10")
+    # Class-numbered columns in string order (p_0, p_1, p_10, ...) would be shuffled by a
+    # positional reader; ten classes written in reverse order here.
+    for name, rows in (("cal", slice(1000)), ("eval", slice(1000, 2000))):
+        frame = pd.DataFrame(probs[rows, ::-1], columns=[f"p_{k}" for k in range(9, -1, -1)])
+        frame.assign(label=labels[rows]).to_csv(halves / f"{name}.csv", index=False)
+    out_file = halves / "calibrated.csv"
+    status, out, err = run(
+        capsys,
+        *["calibrate", halves / "cal.csv", halves / "eval.csv", "--format", "csv"],
+        *["--out", out_file],
+    )
+    assert status == 0, err
+    written = pd.read_csv(out_file)
+    assert list(written.columns) == [f"p_{k}" for k in range(10)] + ["label"]
+    # The same calibration from the .npz pair of the same rows: the same probabilities.
+    status, _, err = calibrate(capsys, halves, "--out", halves / "from_npz.npz")
+    assert status == 0, err
+    with np.load(halves / "from_npz.npz") as saved:
+        np.testing.assert_allclose(written.iloc[:, :10].to_numpy(), saved["probs"], atol=1e-6)
+
+
+def test_logit_columns_are_logits_and_the_output_is_named_by_class(capsys, tmp_path):
+    logits, labels = write_tempered_logits(tmp_path, 600, 4)
+    for name, rows in (("cal", slice(300)), ("eval", slice(300, 600))):
+        frame = pd.DataFrame(logits[rows], columns=[f"logit_{k}" for k in range(4)])
+        frame.assign(label=labels[rows]).to_csv(tmp_path / f"{name}.csv", index=False)
+    out_file = tmp_path / "calibrated.csv"
+    status, out, err = run(
+        capsys, "calibrate", tmp_path / "cal.csv", tmp_path / "eval.csv", "--out", out_file
+    )
+    assert status == 0, err
+    assert "cal.csv: logits from 4 columns (logit_0, logit_1, logit_2, ...)" in err[0]
+    temperature = float(next(line for line in err if "temperature_" in line).split("= ")[1])
+    probs = np.exp(log_softmax(logits[:300], axis=1))
+    assert temperature == pytest.approx(exact_temperature(probs, labels[:300]), abs=1e-4)
+    # Probabilities out: columns named logit_k would be read back as logits.
+    written = pd.read_csv(out_file)
+    assert list(written.columns) == ["0", "1", "2", "3", "label"]
+    oracle = np.exp(log_softmax(logits[300:] / temperature, axis=1))
+    np.testing.assert_allclose(written.iloc[:, :4].to_numpy(), oracle, atol=1e-5)
+
+
+def test_one_column_is_one_column(capsys, tmp_path):
+    path = tmp_path / "binary.csv"
+    pd.DataFrame({"score": [0.9, 0.2, 0.6], "label": [1, 0, 1]}).to_csv(path, index=False)
+    status, out, err = run(capsys, "evaluate", path)
+    assert status == 0, err
+    assert err == [
+        "reliacal: binary.csv: probabilities from 1 column (score), labels from column 'label'"
+    ]
+
+
+def test_evaluate_reports_every_key_that_a_pattern_matches(capsys, tmp_path, load_record):
+    # The demo's predictions.npz: one probs_<method> key per method and the labels.
+    probs, labels = load_record("lenet-5-cifar-10")
+    ts = TemperatureScalingOracle(probs[:1000], labels[:1000])
+    path = tmp_path / "predictions.npz"
+    np.savez(path, probs_uncalibrated=probs, probs_ts=ts(probs), labels=labels)
+    status, out, err = run(capsys, "evaluate", path)
+    assert_one_line_error(status, out, err, "--probs-key 'probs_*'")
+    plot = tmp_path / "both.png"
+    status, out, err = run(
+        capsys, "evaluate", path, "--probs-key", "probs_*", "--format", "csv", "--plot", plot
+    )
+    assert status == 0, err
+    assert err[:2] == [
+        "reliacal: predictions.npz: probabilities from key 'probs_uncalibrated', labels from "
+        "key 'labels'",
+        "reliacal: predictions.npz: probabilities from key 'probs_ts', labels from key 'labels'",
+    ]
+    table = pd.read_csv(io.StringIO(out), index_col="model")
+    expected = calibration_report(labels, {"probs_uncalibrated": probs, "probs_ts": ts(probs)})
+    pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-9)
+    assert table.loc["probs_uncalibrated", "ece"] == pytest.approx(
+        torchmetrics_ece(probs, labels), abs=1e-5
+    )
+    # Two diagrams side by side: twice as wide as one.
+    one = tmp_path / "one.png"
+    assert run(capsys, "evaluate", path, "--probs-key", "probs_ts", "--plot", one)[0] == 0
+    assert matplotlib.image.imread(plot).shape[1] > 1.5 * matplotlib.image.imread(one).shape[1]
+
+    status, out, err = run(capsys, "evaluate", path, "--probs-key", "probs_*", "--name", "x")
+    assert_one_line_error(status, out, err, "--name names one model", "probs_uncalibrated")
+    status, out, err = run(capsys, "evaluate", path, "--probs-key", "logits_*")
+    assert_one_line_error(status, out, err, "no key matches 'logits_*'")
+    status, out, err = calibrate(capsys, tmp_path, "--probs-key", "probs_*")
+    assert status == 1
+
+
+class TemperatureScalingOracle:
+    """Log-probabilities divided by the exact NLL-optimal temperature (the oracle above)."""
+
+    def __init__(self, probs, labels):
+        self.temperature = exact_temperature(probs, labels)
+
+    def __call__(self, probs):
+        log_probs = np.log(np.clip(probs.astype(np.float64), 1e-300, None))
+        return np.exp(log_softmax(log_probs / self.temperature, axis=1))
+
+
+def test_calibrate_help_promises_no_folder_and_a_folder_is_refused(capsys, tmp_path):
+    for command, folder_promised in (("evaluate", True), ("calibrate", False)):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert ("or a folder of .parquet files" in text) is folder_promised, text
+    assert "a folder of parquet files is read by evaluate only" in text
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    pd.DataFrame({"p0": [0.9], "p1": [0.1], "label": [0]}).to_parquet(folder / "a.parquet")
+    status, out, err = run(capsys, "calibrate", folder, folder / "a.parquet")
+    assert_one_line_error(status, out, err, f"CAL_FILE {folder} is a folder", "read_parquet")
+
+
+@pytest.mark.parametrize("name", ["OUT.NPZ", "Out.Npz", "OUT.CSV", "OUT.PARQUET"])
+def test_out_extensions_in_any_case(capsys, halves, name):
+    target = halves / name
+    status, out, err = calibrate(capsys, halves, "--out", target)
+    assert status == 0, err
+    assert err[-1] == f"reliacal: wrote {target}"
+    assert sorted(path.name for path in halves.iterdir()) == sorted(["cal.npz", "eval.npz", name])
+    # Read back: the calibrated predictions of the same rows as an .npz written in lower case.
+    assert calibrate(capsys, halves, "--out", halves / "lower.npz")[0] == 0
+    status, out, err = run(capsys, "evaluate", target, "--format", "csv")
+    assert status == 0, err
+    again = pd.read_csv(io.StringIO(out), index_col="model")
+    assert again["ece"].iloc[0] == pytest.approx(evaluate_csv(capsys, halves / "lower.npz")["ece"])
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".csv"])
+def test_a_failure_mid_write_leaves_no_partial_file(capsys, halves, monkeypatch, suffix):
+    def half_then_fail(target):  # a disk that fills up after half the file
+        target = target if isinstance(target, (str, Path)) else target.name
+        Path(target).write_bytes(b"half a file")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", lambda file, **arrays: half_then_fail(file))
+    monkeypatch.setattr(pd.DataFrame, "to_csv", lambda self, path, **_: half_then_fail(path))
+    target = halves / f"calibrated{suffix}"
+    status, out, err = calibrate(capsys, halves, "--out", target)
+    assert status == 1  # after the report: the write is the last step
+    assert err[-1] == f"reliacal: error: cannot write {target}: No space left on device"
+    assert sorted(path.name for path in halves.iterdir()) == ["cal.npz", "eval.npz"]
+
+
+def test_an_interrupted_write_leaves_no_partial_file(tmp_path):
+    from reliacal.cli._outputs import write_atomically
+
+    def interrupted(temporary):
+        temporary.write_bytes(b"half a file")
+        (temporary.parent / "side-file.tmp").write_bytes(b"a writer's own temporary")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(tmp_path / "model.zip", interrupted)
+    assert list(tmp_path.iterdir()) == []
+
+
+class FakeTerminal(io.StringIO):
+    """A stderr that says it is a terminal, as a shell's is."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_long_steps_show_progress_on_a_terminal(capsys, monkeypatch, halves, quiet):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    arguments = ["calibrate", halves / "cal.npz", halves / "eval.npz", "--method", "auto"]
+    arguments += ["--format", "csv", "--out", halves / "calibrated.npz"] + ["--quiet"] * quiet
+    status = main([str(argument) for argument in arguments])
+    assert status == 0, terminal.getvalue()
+    shown = terminal.getvalue()
+    steps = ["reading cal.npz", "fitting AutoCalibrator", "predicting", "writing calibrated.npz"]
+    for step in steps:
+        assert (f"reliacal: {step} [" in shown) is not quiet, shown
+    # The command's own lines are all there, whole, and the report is on stdout alone.
+    lines = [line for line in shown.replace("\r", "\n").splitlines() if "chose" in line]
+    assert lines and lines[0].startswith("reliacal: AutoCalibrator: chose"), shown
+    assert f"reliacal: wrote {halves / 'calibrated.npz'}" in shown
+    out = capsys.readouterr().out
+    assert list(pd.read_csv(io.StringIO(out), index_col="model").index) == [
+        "uncalibrated",
+        "AutoCalibrator",
+    ]
+    if quiet:
+        assert "\r" not in shown and "\x1b" not in shown
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(capsys, halves):
+    status, out, err = calibrate(capsys, halves, "--method", "auto")
+    assert status == 0, err
+    assert not [line for line in err if "fitting" in line or "[00:" in line], err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 
 import matplotlib
 
@@ -17,6 +18,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from reliacal.cli import main
 from reliacal.demo import METHODS, DemoMethod, MethodOutput, post_hoc, run_demo
+from reliacal.demo._run import _temperature_histogram
 from reliacal.metrics import expected_calibration_error
 
 EXPECTED_FILES = {
@@ -187,6 +189,87 @@ def test_a_method_is_one_registry_entry(demo_folder, tmp_path):
     )
     assert (tmp_path / "per-sample-t_temperature-per-test-sample.png").is_file()
     assert result.report.loc["Per-sample T", "details"].startswith("T from 1")
+
+
+class _TableHeaders(HTMLParser):
+    """The header rows (cell texts) of each table of a page, and the class of each table."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.classes, self._in_head, self._cell = [], [], False, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+            self.classes.append(dict(attrs).get("class", ""))
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tr" and self._in_head:
+            self.tables[-1].append([])
+        elif tag == "th" and self._in_head:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "thead":
+            self._in_head = False
+        elif tag == "th" and self._cell is not None:
+            self.tables[-1][-1].append(self._cell.strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def test_html_tables_have_one_header_row_naming_every_column(demo_folder):
+    parser = _TableHeaders()
+    parser.feed((demo_folder / "report.html").read_text())
+    assert len(parser.tables) == 2
+    metrics, significance = parser.tables
+    for rows in parser.tables:
+        assert len(rows) == 1 and all(rows[0]), rows  # no row of empty cells, no empty cell
+        assert rows[0][0] == "method"
+    assert metrics[0][1:3] == ["accuracy", "ece"] and metrics[0][-1] == "details"
+    assert significance[0][1] == "ECE vs Uncalibrated"
+    # The details column wraps, and a table wider than the page scrolls instead of being cut.
+    page = (demo_folder / "report.html").read_text()
+    assert "table.metrics td:last-child" in page and ".table { overflow-x: auto; }" in page
+    assert page.count("<div class='table'><table") == 2
+
+
+@pytest.mark.parametrize("spread", [5e-4, 0.0])
+def test_temperature_figure_spans_the_temperatures(spread):
+    rng = np.random.default_rng(0)
+    temperatures = (1.328 + spread * rng.standard_normal(809)).astype(np.float32)
+    figure = _temperature_histogram(temperatures)
+    (ax,) = figure.axes
+    low, high = ax.get_xlim()
+    assert low <= temperatures.min() and temperatures.max() <= high
+    bars = [patch for patch in ax.patches if patch.get_height() > 0]
+    assert sum(patch.get_height() for patch in bars) == 809
+    if spread:
+        # The spread fills the axis (not a sliver next to T = 1 at its edge).
+        assert temperatures.max() - temperatures.min() > 0.8 * (high - low)
+        assert len(bars) > 10
+    else:
+        (bar,) = bars
+        assert bar.get_width() > 0.05 * (high - low)
+        assert "all 809 test samples: T = 1.328" in ax.get_title()
+    # T = 1 lies far to the left of 1.328: the title says so; no line squeezes the axis.
+    assert "T = 1 (unchanged logits) lies off the axis, to the left" in ax.get_title()
+    assert ax.get_lines() == []
+    plt.close(figure)
+
+
+def test_temperature_figure_marks_t_equal_one_when_it_is_on_the_axis():
+    temperatures = np.linspace(0.8, 1.6, 500)
+    figure = _temperature_histogram(temperatures)
+    (ax,) = figure.axes
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [1.0, 1.0]
+    assert ax.get_legend().get_texts()[0].get_text() == "T = 1 (unchanged logits)"
+    assert ax.get_title() == ""
+    plt.close(figure)
 
 
 def test_method_names_must_be_distinct(tmp_path):

@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 
 import matplotlib.image
 import matplotlib.pyplot as plt
+import matplotlib.text
 import numpy as np
 import pytest
 from scipy.stats import binomtest
@@ -317,3 +318,133 @@ def test_labels_default_to_column_indices_as_documented():
     named = ReliabilityDisplay.from_predictions([3, 5], y_prob, labels=[3, 5], n_bins=5)
     indexed = ReliabilityDisplay.from_predictions([0, 1], y_prob, n_bins=5)
     assert named.ece == indexed.ece == pytest.approx(0.25)  # |1 - .8| and |1 - .7|, halved
+
+
+def _texts_outside_the_figure(figure, dpi):
+    """The drawn texts (ticks, titles, axis labels, legend entries) not wholly inside the
+    figure with a twentieth of an inch to spare (a label touching the edge looks cut)."""
+    figure.set_dpi(dpi)
+    figure.canvas.draw()
+    inside = figure.bbox.padded(-0.05 * dpi)
+    outside = []
+    for text in figure.findobj(matplotlib.text.Text):
+        if not (text.get_visible() and text.get_text() and text.get_figure() is not None):
+            continue
+        extent = text.get_window_extent()
+        if (
+            extent.x0 < inside.x0
+            or extent.x1 > inside.x1
+            or extent.y0 < inside.y0
+            or extent.y1 > inside.y1
+        ):
+            outside.append((text.get_text(), tuple(np.round(extent.extents, 1))))
+    return outside
+
+
+@pytest.mark.parametrize(
+    ("n_models", "interval"), [(1, None), (1, "wilson"), (2, None), (6, "wilson")]
+)
+def test_side_by_side_labels_and_legend_lie_inside_the_figure(record, n_models, interval):
+    labels, probs = record
+    predictions = {f"model {index}": probs for index in range(n_models)}
+    displays = plot_reliability_diagrams(labels, predictions, interval=interval)
+    figure = displays["model 0"].figure_
+    # The demo saves at 110 dpi, the command at 120: the layout is redone at each.
+    for dpi in (110, 120):
+        assert _texts_outside_the_figure(figure, dpi) == []
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == (4 if interval else 3)
+    drawn = {text.get_text() for text in figure.findobj(matplotlib.text.Text)}
+    assert {"0.0", "1.0"} <= drawn
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"kind": "bars", "interval": "clopper-pearson"},
+        {"kind": "line", "interval": "wilson"},
+        {"kind": "smooth"},
+        {"kind": "smooth", "bootstrap": 20, "random_state": 0},  # band, and the CI in the title
+        {"kind": "bars", "mode": "class", "class_": 3},
+    ],
+)
+def test_a_display_of_its_own_keeps_its_labels_inside(record, kwargs):
+    labels, probs = record
+    display = ReliabilityDisplay.from_predictions(labels, probs, name="WRN-16-4", **kwargs)
+    for dpi in (100, 120):
+        assert _texts_outside_the_figure(display.figure_, dpi) == []
+
+
+def test_overlay_keeps_its_labels_inside(record):
+    labels, probs = record
+    sharpened = probs**2 / np.sum(probs**2, axis=1, keepdims=True)
+    displays = plot_reliability_diagrams(labels, {"raw": probs, "sharp": sharpened}, overlay=True)
+    assert _texts_outside_the_figure(displays["raw"].figure_, 110) == []
+
+
+def test_a_single_panel_is_titled_with_the_model_key(record):
+    labels, probs = record
+    displays = plot_reliability_diagrams(labels, {"HGB": probs})
+    ece = expected_calibration_error(labels, probs)
+    assert displays["HGB"].ax_.get_title() == f"HGB\nECE = {100 * ece:.2f}%"
+
+
+def test_the_command_titles_its_diagram_with_the_model_key(record, tmp_path, monkeypatch):
+    import reliacal.plot
+    from reliacal.cli import main
+
+    drawn = []
+
+    def recording(*args, **kwargs):
+        drawn.append(plot_reliability_diagrams(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(reliacal.plot, "plot_reliability_diagrams", recording)
+    labels, probs = record
+    np.savez(tmp_path / "preds.npz", probs_hgb=probs, probs_raw=probs, labels=labels)
+    plot = tmp_path / "eval.png"
+    main(["evaluate", str(tmp_path / "preds.npz"), "--probs-key", "probs_hgb", "--plot", str(plot)])
+    main(["evaluate", str(tmp_path / "preds.npz"), "--probs-key", "probs_hgb", "--name", "HGB"])
+    main(
+        ["evaluate", str(tmp_path / "preds.npz"), "--probs-key", "probs_raw", "--name", "HGB"]
+        + ["--plot", str(tmp_path / "named.png")]
+    )
+    assert plot.is_file()
+    titles = [next(iter(displays.values())).ax_.get_title() for displays in drawn]
+    assert [title.split("\n")[0] for title in titles] == ["probs_hgb", "HGB"]
+
+
+def _mean_luminance(image, ax, x_range, y_range):
+    """Mean luminance of the rendered pixels inside a rectangle given in data coordinates."""
+    height = image.shape[0]
+    (x0, y0), (x1, y1) = ax.transData.transform(
+        [(x_range[0], y_range[0]), (x_range[1], y_range[1])]
+    )
+    rows = slice(int(height - y1) + 2, int(height - y0) - 2)
+    columns = slice(int(x0) + 2, int(x1) - 2)
+    pixels = image[rows, columns, :3]
+    return float(np.mean(pixels @ np.array([0.2126, 0.7152, 0.0722])))
+
+
+def test_gap_above_confidence_lies_between_the_diagonal_and_the_bar_top_lighter_than_the_bar():
+    # One bin per side: confidence 0.3 with accuracy 0.75 (under-confident), confidence 0.9
+    # with accuracy 0.5 (over-confident).
+    y_prob = np.array([0.3] * 4 + [0.9] * 4)
+    y_true = np.array([1, 1, 1, 0, 1, 1, 0, 0])
+    figure, ax = plt.subplots(figsize=(4, 4), dpi=100)
+    display = ReliabilityDisplay.from_predictions(
+        y_true, y_prob, mode="positive", n_bins=5, ax=ax, hist_ax=False, show_legend=False
+    )
+    under, over = display.gap_.patches
+    for patch, (low, high) in [(under, (0.3, 0.75)), (over, (0.5, 0.9))]:
+        y0, y1 = sorted([patch.get_y(), patch.get_y() + patch.get_height()])
+        assert (y0, y1) == (pytest.approx(low), pytest.approx(high))
+        assert patch.get_facecolor()[3] < 1.0  # translucent: the bar shows through
+    assert under.get_x() == pytest.approx(0.2) and over.get_x() == pytest.approx(0.8)
+    # Drawn over the bar, the band lightens it (a dark block would be darker than the bar).
+    figure.canvas.draw()
+    image = np.asarray(figure.canvas.buffer_rgba(), dtype=np.float64) / 255.0
+    bar = _mean_luminance(image, ax, (0.2, 0.4), (0.05, 0.25))
+    band_on_bar = _mean_luminance(image, ax, (0.2, 0.4), (0.35, 0.7))
+    band_above_bar = _mean_luminance(image, ax, (0.8, 1.0), (0.55, 0.85))
+    assert bar + 0.1 < band_on_bar < band_above_bar

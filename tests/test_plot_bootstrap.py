@@ -7,9 +7,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.colors import to_rgb
 
-from reliacal.metrics import compare, expected_calibration_error, smooth_reliability_curve
-from reliacal.metrics._smooth_band import smooth_reliability_band
+from reliacal.metrics import (
+    compare,
+    expected_calibration_error,
+    smooth_reliability_band,
+    smooth_reliability_curve,
+)
 from reliacal.plot import ReliabilityDisplay
 
 
@@ -75,6 +80,24 @@ def test_display_draws_the_band_and_the_ece_interval(binary_data):
     assert f"95% CI {100 * row['ci_low']:.2f}-{100 * row['ci_high']:.2f}%" in title
     labels = display.ax_.get_legend_handles_labels()[1]
     assert "95% bootstrap band" in labels
+
+
+def test_band_is_translucent_and_hidden_where_the_curve_is(binary_data):
+    y, p = binary_data
+    p = 0.5 + 0.5 * p  # nothing below 0.5: no curve, and no band, far below it
+    display = ReliabilityDisplay.from_predictions(
+        y, p, mode="positive", kind="smooth", bootstrap=10, random_state=0
+    )
+    assert 0.0 < display.band_.get_alpha() < 1.0  # the curve shows through its band
+    np.testing.assert_allclose(
+        display.band_.get_facecolor()[0][:3], to_rgb(display.line_.get_color())
+    )
+    shown = ~np.isnan(display.line_.get_ydata())
+    assert shown.any() and not shown.all()
+    grid = display.line_.get_xdata()
+    band_x = np.concatenate([path.vertices[:, 0] for path in display.band_.get_paths()])
+    assert band_x.min() >= grid[shown].min() - 1e-12
+    assert band_x.max() <= grid[shown].max() + 1e-12
 
 
 def test_bars_get_the_interval_title_without_a_band(binary_data):

@@ -46,6 +46,13 @@ and may override:
     features are the backbone's pooled pre-logits outputs instead.
 ``_check_fit_inputs(self, features, logits) -> None``
     Extra validation at fit time (e.g. "features are required").
+``_torch_map(self) -> nn.Module``
+    The fitted map for :meth:`BaseCalibrator.to_torch` (see its docstring),
+    built from the blocks of :mod:`reliacal.export`, torch imported inside.
+``_check_loaded_state(self) -> None``
+    Refuse a fitted state read from a file that no fit gives (see
+    :class:`reliacal.persistence.SaveMixin`, whose other hooks a calibrator
+    holding a network or an outside object also implements).
 
 ``fit`` runs the backbone (if any) exactly once per call, ``predict_proba``,
 ``decision_function``, ``predict`` and ``score`` once each.
@@ -87,8 +94,8 @@ from reliacal._validation import (
     is_torch_tensor,
     to_numpy,
 )
+from reliacal.calibrators._backbone_saving import BackboneSaveMixin
 from reliacal.calibrators._parameters import with_base_parameters_doc
-from reliacal.persistence import SaveMixin
 
 __all__ = ["BaseCalibrator", "ClassLabelMixin", "ConvergenceWarning"]
 
@@ -207,6 +214,25 @@ class ClassLabelMixin:
     def _encode_labels(self, y: Any) -> np.ndarray:
         """Column indices of ``y`` under the fitted ``classes_``."""
         return encode_labels(_labels_to_numpy(y), self.classes_)
+
+    def _check_loaded_state(self) -> None:
+        """Refuse ``classes_`` read from a file unless it names 2 or more distinct labels."""
+        if hasattr(self, "classes_"):
+            classes = self.classes_
+            if not (
+                isinstance(classes, np.ndarray)
+                and classes.ndim == 1
+                and classes.shape[0] >= 2
+                and np.unique(classes).shape[0] == classes.shape[0]
+            ):
+                from reliacal.persistence import loaded_state_error
+
+                raise loaded_state_error(
+                    self, "classes_", classes, "a 1-D array of two or more distinct labels"
+                )
+        parent = getattr(super(), "_check_loaded_state", None)
+        if parent is not None:
+            parent()
 
     def _predict_proba_with_labels(self, X: Any, y: Any) -> tuple[np.ndarray, Any]:
         if y is None:
@@ -361,7 +387,7 @@ def _on_accelerator(value: Any) -> bool:
     return False
 
 
-class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
+class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator):
     """Base class of the post-hoc calibrators: input modes, labels, persistence.
 
     Not used directly: subclasses implement ``_fit_core`` and
@@ -484,6 +510,13 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
     # batches with the default key.
     label_key = DEFAULT_LABEL_KEY
 
+    # A cache folder of this machine: never saved, refused in a file (reliacal.load).
+    _machine_local_parameters = ("memory",)
+
+    #: Whether ``input="probs"`` takes the logs in float64 whatever the input's dtype
+    #: (else in the input's own precision); the exported module follows the same rule.
+    _float64_probability_logs = False
+
     # ---------------------------------------------------------------- hooks
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         raise NotImplementedError
@@ -499,6 +532,8 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
 
     # ------------------------------------------------------- input handling
     def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
+        if self._float64_probability_logs:
+            probabilities = np.asarray(probabilities, dtype=np.float64)
         try:
             check_probabilities(np.zeros(probabilities.shape[0], dtype=np.int64), probabilities)
         except ValueError as error:
@@ -740,6 +775,30 @@ class BaseCalibrator(SaveMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator)
         from reliacal.export import calibrator_module
 
         return calibrator_module(self)
+
+    def _torch_map(self):
+        """The fitted map as an ``nn.Module``: float64 ``(n, D + K)`` -> probabilities ``(n, K)``.
+
+        Its input is the calibrator's ``X`` in float64, the logit block
+        already converted from probabilities under ``input="probs"``: the
+        ``D = n_features_in_ - K`` feature columns (none for a calibrator
+        that reads logits only), then the ``K`` logits. A calibrator that can
+        be exported implements it (importing torch inside, so that the
+        calibrator imports without torch), composing the building blocks of
+        :mod:`reliacal.export`; :func:`reliacal.export.calibrator_module`
+        adds the input handling.
+        """
+        raise ValueError(
+            f"{type(self).__name__} has no torch module: it does not describe its map "
+            "(to_torch() covers reliacal's post-hoc calibrators)"
+        )
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "n_features_in_"):
+            from reliacal.persistence import check_loaded_number
+
+            check_loaded_number(self, "n_features_in_", minimum=1, integer=True)
 
     def _expected_failed_checks(self) -> dict[str, str]:
         """The ``check_estimator`` checks this estimator fails by design, with reasons.

@@ -14,8 +14,8 @@ _controller: ThreadpoolController | None = None
 def single_threaded_blas():
     """A context in which the BLAS libraries run on one thread.
 
-    The controller, whose creation scans the process's loaded libraries (about
-    10 ms, more than a whole binary temperature fit), is made once per process;
+    The controller, whose creation scans the process's loaded libraries (it
+    takes longer than a whole binary temperature fit), is made once per process;
     numpy's BLAS, the one the objectives' products use, is loaded before it.
     """
     global _controller

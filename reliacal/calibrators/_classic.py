@@ -15,7 +15,11 @@ designed for binary problems. Two classes here adapt them to the
   one-vs-rest log-odds ``s_k = log p_k - log(1 - p_k)`` of the uncalibrated
   probabilities ``p = softmax(z)`` (for two classes one map, on ``s_1 = z_1 -
   z_0``, and ``p_0 = 1 - p_1``), then divides each row by its sum (a row
-  whose maps all give 0 becomes uniform).
+  whose maps all give 0 becomes uniform). A map whose calibration targets
+  are all 0 (a class without calibration samples) or all 1 is fitted on
+  Laplace's rule of succession instead, ``1 / (n + 2)`` or ``(n + 1) / (n +
+  2)`` for ``n`` (weighted) samples, with a warning: a probability of exactly
+  0 would give every test sample of that class an infinite log-loss.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "OneVsRestCalibrator",
     "fit_logistic_maps",
     "one_vs_rest_log_odds",
+    "succession_targets",
 ]
 
 _TINY = np.finfo(np.float64).tiny
@@ -87,6 +92,40 @@ def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
     return np.clip(log_odds, -np.log(1 / _TINY), np.log(1 / _TINY))
 
 
+def succession_targets(targets: np.ndarray, sample_weight: np.ndarray | None) -> tuple:
+    """``(targets, constant)``: 0/1 targets whose constant columns follow Laplace's rule.
+
+    A column whose (positive-weight) targets are all 0 becomes ``1 / (n + 2)``,
+    one whose targets are all 1 becomes ``(n + 1) / (n + 2)``, ``n`` the sum
+    of the weights (the number of samples when unweighted), the posterior
+    mean of a uniform prior after ``n`` equal outcomes; the others are kept.
+    ``constant`` lists the replaced columns. Platt's smoothed targets give
+    the same values for such a column.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> targets, constant = succession_targets(np.array([[0.0, 1.0], [0.0, 0.0]]), None)
+    >>> targets[:, 0], constant
+    (array([0.25, 0.25]), [0])
+    """
+    weights = np.ones(targets.shape[0]) if sample_weight is None else sample_weight
+    kept = targets[weights > 0]
+    constant = [
+        column
+        for column in range(targets.shape[1])
+        if kept[:, column].min() == kept[:, column].max()
+    ]
+    if not constant:
+        return targets, constant
+    n = float(weights.sum())
+    targets = np.array(targets, dtype=np.float64)
+    for column in constant:
+        positive = kept[0, column] > 0.5
+        targets[:, column] = (n + 1.0) / (n + 2.0) if positive else 1.0 / (n + 2.0)
+    return targets, constant
+
+
 class ClassicCalibrator(BaseCalibrator):
     """Base of the probability-output calibrators: their logits are log-probabilities.
 
@@ -122,10 +161,9 @@ class ClassicCalibrator(BaseCalibrator):
         features, logits, _ = self._transform_inputs(X)
         return np.asarray(self._calibrated_proba(features, logits), dtype=np.float64)
 
-    def _probabilities_to_logits(self, probabilities: np.ndarray) -> np.ndarray:
-        # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
-        # (relative error ~6e-8) would move a score between close isotonic knots.
-        return super()._probabilities_to_logits(np.asarray(probabilities, dtype=np.float64))
+    # float64 logs: the maps read log-odds, and float32 logs of probabilities near 1
+    # (relative error ~6e-8) would move a score between close isotonic knots.
+    _float64_probability_logs = True
 
 
 class OneVsRestCalibrator(ClassicCalibrator):
@@ -154,7 +192,52 @@ class OneVsRestCalibrator(ClassicCalibrator):
         targets = np.eye(n_classes)[y_index]
         if n_classes == 2:
             targets = targets[:, 1:]
+        targets, constant = succession_targets(targets, sample_weight)
+        if constant:
+            weights = np.ones(len(y_index)) if sample_weight is None else sample_weight
+            counts = np.bincount(y_index, weights=weights, minlength=n_classes)
+            warnings.warn(
+                f"{type(self).__name__}: no calibration sample of class(es) "
+                f"{self.classes_[counts == 0].tolist()}: their one-vs-rest maps give Laplace's "
+                "rule of succession, 1/(n + 2) for n calibration samples, instead of a "
+                "probability 0 that no test sample of theirs could survive",
+                UserWarning,
+                stacklevel=4,
+            )
         self._fit_maps(scores, targets, sample_weight)
+
+    def _n_maps(self) -> int:
+        """Maps fitted: one per class, or one for a binary problem."""
+        return 1 if len(self.classes_) == 2 else len(self.classes_)
+
+    def _check_loaded_lookups(self, points: str, values: str, n_values) -> None:
+        """Check the lookup tables read from a file: one sorted, finite table per map.
+
+        ``points`` names the list of sorted 1-D arrays (knots or edges),
+        ``values`` the list of their values in ``[0, 1]``, of
+        ``n_values(len(points[m]))`` entries each.
+        """
+        from reliacal.persistence import check_loaded_array, loaded_state_error
+
+        n_maps = self._n_maps()
+        for name in (points, values):
+            tables = getattr(self, name, None)
+            if not isinstance(tables, list) or len(tables) != n_maps:
+                raise loaded_state_error(self, name, tables, f"a list of {n_maps} arrays")
+        for m, (table, table_values) in enumerate(
+            zip(getattr(self, points), getattr(self, values))
+        ):
+            table = check_loaded_array(
+                self, f"{points}[{m}]", (None,), value=table, increasing=True
+            )
+            check_loaded_array(
+                self,
+                f"{values}[{m}]",
+                (n_values(len(table)),),
+                value=table_values,
+                minimum=0.0,
+                maximum=1.0,
+            )
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:
         mapped = np.clip(self._apply_maps(self._mapped_scores(logits)), 0.0, 1.0)

@@ -27,6 +27,7 @@ from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators.temperature import TemperatureScaling
+from reliacal.persistence import loadable
 from reliacal.training import (
     THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
@@ -130,6 +131,45 @@ class _AdaptiveTemperatureNetwork(nn.Module):
             (n_head_inputs, *tuple(temperature_hidden_sizes), 1), final_activation=False
         )
 
+    def config(self) -> dict:
+        """The sizes that rebuild this network (:meth:`from_config`); the weights are apart."""
+        return {
+            "n_features": int(self.encoder[0].in_features),
+            "n_classes": int(self.prior_mean.shape[0]),
+            "latent_dim": int(self.prior_mean.shape[1]),
+            "hidden_layer_sizes": _linear_widths(self.encoder),
+            "temperature_hidden_sizes": _linear_widths(self.temperature_head)[:-1],
+            "confidence_inputs": bool(self.confidence_inputs),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> _AdaptiveTemperatureNetwork:
+        """A new network of the sizes that :meth:`config` gave (randomly initialised)."""
+        sizes = ("n_features", "n_classes", "latent_dim")
+        widths = ("hidden_layer_sizes", "temperature_hidden_sizes")
+        valid = (
+            isinstance(config, dict)
+            and set(config) == {*sizes, *widths, "confidence_inputs"}
+            and all(type(config[key]) is int and config[key] > 0 for key in sizes)
+            and all(
+                isinstance(config[key], list)
+                and all(type(width) is int and width > 0 for width in config[key])
+                for key in widths
+            )
+            and config["hidden_layer_sizes"]
+            and type(config["confidence_inputs"]) is bool
+        )
+        if not valid:
+            raise ValueError(f"the saved AdaptiveTS network has a malformed configuration {config}")
+        return cls(
+            config["n_features"],
+            config["n_classes"],
+            latent_dim=config["latent_dim"],
+            hidden_layer_sizes=tuple(config["hidden_layer_sizes"]),
+            temperature_hidden_sizes=tuple(config["temperature_hidden_sizes"]),
+            confidence_inputs=config["confidence_inputs"],
+        )
+
     @torch.no_grad()
     def start_at(self, temperature: float) -> None:
         """Make ``T(u)`` the constant ``temperature``: zero last weights, softplus^-1 bias.
@@ -222,6 +262,41 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         return probabilities / n_draws, temperatures / n_draws
 
 
+def _linear_widths(sequence: nn.Sequential) -> list[int]:
+    return [layer.out_features for layer in sequence if isinstance(layer, nn.Linear)]
+
+
+class _AdaptiveTemperatureMap(nn.Module):
+    """AdaptiveTS with ``n_draws=1`` for export: ``softmax(z / T(x))``, ``T`` the members' geometric mean.
+
+    The input is float64 ``(n, D + K)``: ``D`` feature columns (none without
+    ``n_logits``, when the features are the logits) then the logits.
+    Features are standardised in float64 and read by the float32 networks;
+    the temperature divides the float64 logits, as in
+    ``AdaptiveTS.predict_proba``. ``torch.jit.trace`` takes it (the network
+    has optional buffers, which ``torch.jit.script`` refuses).
+    """
+
+    def __init__(self, networks, feature_mean, feature_scale, *, n_features: int):
+        super().__init__()
+        self.networks = nn.ModuleList(networks)
+        self.register_buffer("feature_mean", torch.as_tensor(feature_mean, dtype=torch.float64))
+        self.register_buffer("feature_scale", torch.as_tensor(feature_scale, dtype=torch.float64))
+        self.n_features = int(n_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = x[:, self.n_features :]
+        features = x[:, : self.n_features] if self.n_features else logits
+        standardised = ((features - self.feature_mean) / self.feature_scale).to(torch.float32)
+        temperature = _geometric_mean(
+            [
+                network.temperature_of(network.posterior(standardised)[0], logits).double()
+                for network in self.networks
+            ]
+        )
+        return torch.softmax(logits / temperature[:, None], dim=1)
+
+
 def _gaussian_kl(
     mean_q: torch.Tensor, scale_q: torch.Tensor, mean_p: torch.Tensor, scale_p: torch.Tensor
 ) -> torch.Tensor:
@@ -261,6 +336,7 @@ def _output_logits(outputs: _AdaptiveOutput) -> torch.Tensor:
     return outputs.logits
 
 
+@loadable
 class AdaptiveTSMember(NamedTuple):
     """One trained network of :class:`AdaptiveTS` and the record of its training."""
 
@@ -416,9 +492,9 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
       data and starts the temperature head at that one temperature (its last
       layer's weights zero, its bias ``softplus^-1(T)``), so the per-sample
       part only has to learn deviations from the global NLL optimum. The
-      published random start begins far from any useful temperature; on a
-      few hundred calibration samples the network then stops while still
-      worse than a single temperature. The starting point also competes in the epoch selection: when
+      published random start begins far from any useful temperature, and a
+      small calibration set stops the training before it gets there. The
+      starting point also competes in the epoch selection: when
       no epoch's validation NLL is below the single temperature's, the
       per-sample part is dropped (``fell_back``) and ``T(x)`` becomes the
       TemperatureScaling temperature of all the calibration data, training
@@ -436,10 +512,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
       geometric mean of their temperatures: one network's ECE moves with its
       seed, the mean of several is steadier.
 
-    Measured effects of these choices (the variants on tuning splits, the
-    defaults and ``confidence_inputs=True, n_members=5`` on unseen splits)
-    are in ``benchmarks/results/adaptive_ts_variants.md`` and
-    ``benchmarks/results/posthoc_quality.md``.
+    Why each of these defaults: the AdaptiveTS sections of
+    ``benchmarks/results/decisions.md``.
 
     Parameters
     ----------
@@ -448,48 +522,60 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         them are the features. ``None``: every column is a logit, and the
         logits are the features. Must be ``None`` with a ``backbone``.
     latent_dim : int, default=16
-        Dimension of the latent code ``u``.
+        Dimension of the latent code ``u``; 16, as published.
     hidden_layer_sizes : "auto" or tuple of int, default="auto"
         Widths of the encoder's hidden layers, and of the decoder's.
         ``"auto"``: the published ``(1024, 512, 512)`` for ``D >= 256``
         features, and ``(w, w/2, w/2)`` with ``w = max(128, 4 D)`` below, so
-        that ten logits do not feed a 1024-wide network.
+        that ten logits do not feed a 1024-wide network
+        (``benchmarks/results/decisions.md#adaptivets-hidden-widths``).
     temperature_hidden_sizes : tuple of int, default=(128, 128)
-        Widths of the temperature head's hidden layers.
+        Widths of the temperature head's hidden layers, as published.
     learning_rate : float, default=5e-4
-        Adam's learning rate (constant).
+        Adam's learning rate (constant), as published.
     max_epochs : int, default=100
-        Maximum passes over the training part of the calibration data.
+        Maximum passes over the training part of the calibration data; 100,
+        the published fixed budget.
     weight_decay : float, default=0.0
         Decoupled weight decay (AdamW; 0 is Adam, as published).
     validation_fraction : float, default=0.2
         Fraction of the calibration data held out (seeded split) to select
         the epoch with the lowest validation NLL of ``softmax(z / T(x))``;
         0 trains on all of it and keeps the last epoch. 0.2 rather than
-        scikit-learn's 0.1: with 5,000 calibration samples a 500-sample
-        validation set picked noisier epochs (``benchmarks/posthoc_quality.py``).
+        scikit-learn's 0.1, whose smaller validation part picked noisier
+        epochs (``benchmarks/results/decisions.md#adaptivets-validation-split``).
     n_iter_no_change : int or None, default=10
         Stop after this many epochs without a lower validation NLL; ``None``
-        trains for ``max_epochs``. Needs ``validation_fraction > 0``.
+        trains for ``max_epochs``. Needs ``validation_fraction > 0``. Early
+        stopping is a departure from the published recipe (see above).
     n_draws : int, default=1
         1: predict at the posterior mean of ``u`` (deterministic). More:
         average the probabilities over this many sampled ``u`` (seeded).
-        Read at each prediction, so it may be changed after ``fit``.
+        Read at each prediction, so it may be changed after ``fit``. 1
+        because sampling brought no steady gain
+        (``benchmarks/results/decisions.md#adaptivets-posterior-mean``).
     initial_temperature : "ts" or None, default="ts"
         ``"ts"``: start ``T(x)`` at the temperature of
         :class:`TemperatureScaling` fitted on the training part, and keep
         that single temperature when no epoch beats it on the validation
         part (see the departures above). ``None``: the random start of the
-        published recipe, and no fallback.
+        published recipe, and no fallback. ``"ts"`` because the random start
+        lost to a single temperature on small calibration sets
+        (``benchmarks/results/decisions.md#adaptivets-initial-temperature``).
     confidence_inputs : bool, default=False
         Feed the temperature head the top log-probability, top-2 margin and
         entropy of ``z / T_0`` beside the class log-likelihoods (see the
-        departures above). ``False`` is the published head.
+        departures above). ``False``, the published head, since the gain
+        depends on the data
+        (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
     n_members : int, default=1
         Networks to train, each with its own seed (the first with
         ``random_state``'s) and so its own initialisation, validation split
         and shuffling; ``T(x)`` is the geometric mean of their temperatures
-        (see the departures above). Fitting takes ``n_members`` times as long.
+        (see the departures above). Fitting takes ``n_members`` times as long;
+        1 is the published model, and ``confidence_inputs=True, n_members=5``
+        the steadier recipe
+        (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
     loss : "elbo" or callable, default="elbo"
         The training loss. ``"elbo"`` is the published one above. A callable
         ``loss(logits, y, sample_weight, variational) -> scalar tensor``
@@ -515,7 +601,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     backbone : model, BackboneAdapter or str, default=None
         Calibrate this frozen classifier; ``X`` then holds its raw inputs.
     batch_size : int, default=128
-        Mini-batch size of training, and of the backbone's forward passes.
+        Mini-batch size of training, and of the backbone's forward passes;
+        128, as published.
     device : str or torch.device, default="auto"
         Where the network (and the backbone) runs: CUDA when available.
     mixed_precision : bool, default=False
@@ -814,6 +901,66 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         calibrated, _ = self._predict_batches(features, logits)
         _check_finite_calibration(calibrated)
         return calibrated
+
+    # ------------------------------------------------------ export and saving
+    def _torch_map(self) -> _AdaptiveTemperatureMap:
+        if self.n_draws != 1:
+            raise ValueError(
+                f"AdaptiveTS(n_draws={self.n_draws}) averages random draws of the latent "
+                "code at predict time, which a deterministic exported graph cannot reproduce; "
+                "set n_draws=1 (the posterior mean) before to_torch()"
+            )
+        if self.backbone is not None:
+            raise ValueError(
+                "AdaptiveTS fitted with a backbone reads the backbone's pooled features, which "
+                "to_torch() cannot reach; fit it on the features and logits (n_logits=K) instead"
+            )
+        networks = [copy.deepcopy(member.network).cpu().eval() for member in self.members_]
+        n_features = 0 if self.n_logits is None else self.feature_mean_.shape[0]
+        return _AdaptiveTemperatureMap(
+            networks, self.feature_mean_, self.feature_scale_, n_features=n_features
+        )
+
+    def _network_config(self, network) -> dict:
+        if not isinstance(network, _AdaptiveTemperatureNetwork):
+            return super()._network_config(network)
+        return network.config()
+
+    def _rebuild_network(self, config: dict) -> _AdaptiveTemperatureNetwork:
+        return _AdaptiveTemperatureNetwork.from_config(config)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if not hasattr(self, "classes_"):
+            return
+        from reliacal.persistence import (
+            check_loaded_array,
+            check_loaded_number,
+            loaded_state_error,
+        )
+
+        mean = check_loaded_array(self, "feature_mean_", (None,))
+        check_loaded_array(self, "feature_scale_", mean.shape, positive=True)
+        check_loaded_number(self, "sampling_seed_", minimum=0, integer=True)
+        members = getattr(self, "members_", None)
+        if not isinstance(members, list) or not members:
+            raise loaded_state_error(self, "members_", members, "a list of trained members")
+        sizes = {"n_features": mean.shape[0], "n_classes": len(self.classes_)}
+        for index, member in enumerate(members):
+            network = getattr(member, "network", None)
+            if not (
+                isinstance(member, AdaptiveTSMember)
+                and isinstance(network, _AdaptiveTemperatureNetwork)
+                and all(network.config()[key] == size for key, size in sizes.items())
+                and all(bool(torch.isfinite(p).all()) for p in network.state_dict().values())
+            ):
+                raise loaded_state_error(
+                    self,
+                    f"members_[{index}]",
+                    member,
+                    f"a member whose finite network reads {sizes['n_features']} features and "
+                    f"{sizes['n_classes']} classes",
+                )
 
     # --------------------------------------------------------------- public
     def temperature(self, X) -> np.ndarray:

@@ -16,15 +16,13 @@ from sklearn.utils.validation import has_fit_parameter
 
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._methods import calibration_methods, make_calibrator
+from reliacal.metrics import expected_calibration_error
 
 __all__ = ["AutoCalibrator"]
 
 #: The name the uncalibrated baseline always has in ``cv_results_``.
 IDENTITY = "identity"
-
-# Default candidates that only pay off with enough data or few classes.
-_MAX_CLASSES_FOR_MATRIX = 20
-_MIN_ROWS_FOR_ADAPTIVE = 5000
 
 
 class _Identity(BaseCalibrator):
@@ -36,32 +34,23 @@ class _Identity(BaseCalibrator):
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         return logits
 
+    def _torch_map(self):
+        from reliacal.export import IdentityMap
+
+        return IdentityMap()
+
 
 def _default_candidates(n_samples: int, n_classes: int, random_state) -> dict:
-    from reliacal.calibrators import (
-        EnsembleTemperatureScaling,
-        IsotonicCalibration,
-        MatrixScaling,
-        TemperatureScaling,
-        VectorScaling,
-    )
-
-    candidates = {
-        "temperature": TemperatureScaling(),
-        "vector": VectorScaling(),
-        "ets": EnsembleTemperatureScaling(),
-        "isotonic": IsotonicCalibration(),
-    }
-    if n_classes <= _MAX_CLASSES_FOR_MATRIX:
-        # ODIR (Kull et al. 2019): the off-diagonal and bias penalties keep the K^2
-        # parameters from over-fitting a small calibration split.
-        candidates["matrix"] = MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0)
-    if n_samples >= _MIN_ROWS_FOR_ADAPTIVE:
-        from reliacal.calibrators.adaptive import (
-            AdaptiveTS,  # imports torch: only when it is a candidate
-        )
-
-        candidates["adaptive"] = AdaptiveTS(n_members=1, random_state=random_state)
+    """The table's candidates that apply to ``n_samples`` rows of ``n_classes`` classes."""
+    candidates = {}
+    for method in calibration_methods().values():
+        if method.candidate is None or not method.candidate.applies(n_samples, n_classes):
+            continue
+        parameters = dict(method.candidate.parameters)
+        if method.seeded:
+            parameters["random_state"] = random_state
+        # make_calibrator imports the class: torch only once AdaptiveTS is a candidate.
+        candidates[method.name] = make_calibrator(method.name, **parameters)
     return candidates
 
 
@@ -110,9 +99,22 @@ def _log_probabilities(estimator, logits: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(probabilities, np.finfo(np.float64).tiny))
 
 
+#: What each scoring option measures, for the reason of the choice.
+_SCORE_NAMES = {
+    "neg_log_loss": "NLL",
+    "neg_brier_score": "Brier score",
+    "neg_ece": "ECE",
+}
+
+
 def _fold_score(scoring, log_probabilities, y_index, sample_weight) -> float:
-    """The (weighted) mean proper score of the rows, negated so that higher is better."""
+    """The (weighted) mean score of the rows, negated so that higher is better."""
     rows = np.arange(y_index.shape[0])
+    if scoring == "neg_ece":
+        # fit refuses sample_weight with this scoring: the metric takes none.
+        probabilities = np.exp(log_probabilities)
+        labels = np.arange(log_probabilities.shape[1])
+        return -float(expected_calibration_error(y_index, probabilities, labels=labels))
     if scoring == "neg_log_loss":
         losses = -log_probabilities[rows, y_index]
     else:
@@ -122,6 +124,17 @@ def _fold_score(scoring, log_probabilities, y_index, sample_weight) -> float:
     return -float(np.average(losses, weights=sample_weight))
 
 
+def _row_groups(logits: np.ndarray) -> np.ndarray | None:
+    """The group of each row, rows with equal logits sharing one; None when all rows differ.
+
+    Groups are numbered in the order of their first row. Rows are compared by a
+    64-bit hash of their values (pandas), in one pass and without a sorted copy.
+    """
+    hashes = pd.util.hash_pandas_object(pd.DataFrame(logits), index=False).to_numpy()
+    groups, distinct = pd.factorize(hashes)
+    return None if len(distinct) == len(groups) else groups
+
+
 def _fit(estimator, logits, y_index, sample_weight):
     if sample_weight is None:
         return estimator.fit(logits, y_index)
@@ -129,7 +142,7 @@ def _fit(estimator, logits, y_index, sample_weight):
 
 
 class AutoCalibrator(BaseCalibrator):
-    """Choose the calibrator with the best cross-validated proper score; never worse than none.
+    """Choose the calibrator with the best cross-validated score; never worse than none.
 
     Each candidate, and the uncalibrated model (``"identity"``, always
     compared), is fitted on the training folds of a stratified k-fold split
@@ -139,6 +152,13 @@ class AutoCalibrator(BaseCalibrator):
     cross-validated score worse. The winner is then refitted on all rows and
     ``predict_proba`` and ``decision_function`` are its own.
 
+    Rows that repeat exactly (equal logits) stay in one fold: with an
+    integer ``cv`` the copies of a row join the fold of its first copy
+    (every other row keeps its stratified fold), so a held-out score never
+    rewards a candidate for memorising a row that its training part holds
+    as well. A splitter given as ``cv`` is used as it is, with a warning
+    when it separates copies.
+
     Parameters
     ----------
     candidates : dict of str to estimator, default=None
@@ -147,20 +167,34 @@ class AutoCalibrator(BaseCalibrator):
         reads from ``X`` (the log-probabilities under ``input="probs"``)
         and the labels as column indices, so they keep their own
         ``input``, ``classes`` and ``backbone`` at the defaults. ``None``:
+        the candidates of the table of methods
+        (:func:`~reliacal.calibrators.calibration_methods`, in its order):
         ``"temperature"`` (:class:`TemperatureScaling`), ``"vector"``
-        (:class:`VectorScaling`), ``"ets"``
-        (:class:`EnsembleTemperatureScaling`), ``"isotonic"``
-        (:class:`IsotonicCalibration`), ``"matrix"`` (ODIR
-        :class:`MatrixScaling`, ``reg_off_diagonal=reg_bias=1``) when there
-        are at most 20 classes, and ``"adaptive"`` (:class:`AdaptiveTS`,
-        one member) from 5000 rows up.
+        (:class:`VectorScaling`), ``"matrix"`` (ODIR :class:`MatrixScaling`,
+        ``reg_off_diagonal=reg_bias=1``) when there are at most 20
+        classes, ``"isotonic"`` (:class:`IsotonicCalibration`), ``"ets"``
+        (:class:`EnsembleTemperatureScaling`) and ``"adaptive"``
+        (:class:`AdaptiveTS`, one member, seeded with ``random_state``)
+        from 5000 rows up.
     cv : int or cross-validation splitter, default=5
         Number of stratified folds (shuffled with ``random_state``), or a
         splitter whose ``split(X, y)`` gives the folds.
-    scoring : {"neg_log_loss", "neg_brier_score"}, default="neg_log_loss"
-        The proper score (higher is better): minus the mean negative
-        log-likelihood, or minus the mean multiclass Brier score
-        ``sum_k (p_k - 1[y = k])^2``.
+    scoring : {"neg_log_loss", "neg_brier_score", "neg_ece"}, default="neg_log_loss"
+        What the choice optimises (higher is better): minus the mean
+        negative log-likelihood, minus the mean multiclass Brier score
+        ``sum_k (p_k - 1[y = k])^2``, or minus the expected calibration
+        error (:func:`reliacal.metrics.expected_calibration_error`: 15
+        equal-width bins of the top-label confidence; no ``sample_weight``).
+        NLL, the default, and Brier are proper scores: they reward
+        calibration and sharpness together and are smallest for the true
+        probabilities, so their choice does not trade accuracy for
+        calibration. ECE measures calibration alone: its choice may be less
+        sharp, or less accurate (a map that predicts every sample's
+        confidence as the average accuracy has an ECE near 0), and on small
+        folds the binned estimate is noisy and biased upwards. Choose
+        ``"neg_ece"`` when the calibration error is what is reported, and
+        check the NLL of its choice; the NLL's choice can in turn raise the
+        held-out ECE.
     random_state : int, RandomState instance or None, default=0
         Shuffling of the folds, and the seed of the default AdaptiveTS.
     {base_parameters}
@@ -206,7 +240,7 @@ class AutoCalibrator(BaseCalibrator):
             Interval(numbers.Integral, 2, None, closed="left"),
             HasMethods(["split", "get_n_splits"]),
         ],
-        "scoring": [StrOptions({"neg_log_loss", "neg_brier_score"})],
+        "scoring": [StrOptions(set(_SCORE_NAMES))],
         "random_state": ["random_state"],
     }
 
@@ -223,17 +257,51 @@ class AutoCalibrator(BaseCalibrator):
         super().__init__(**base_params)
 
     def _folds(self, logits, y_index) -> list:
-        if isinstance(self.cv, numbers.Integral):
-            counts = np.bincount(y_index)
-            if counts[counts > 0].max() < self.cv:
-                raise ValueError(
-                    f"cv={self.cv} folds need at least {self.cv} samples of some class, got "
-                    f"{y_index.shape[0]} sample(s) whose largest class has {counts.max()}: "
-                    "pass more data or a smaller cv"
+        groups = _row_groups(logits)
+        if not isinstance(self.cv, numbers.Integral):
+            folds = self._split(self.cv, logits, y_index)
+            if groups is not None and any(
+                np.intersect1d(groups[train], groups[test]).size for train, test in folds
+            ):
+                warnings.warn(
+                    "AutoCalibrator: X repeats rows (equal logits) across the training and "
+                    "held-out parts of the cv given, so the cross-validated scores reward "
+                    "memorising them (a flexible candidate wins by rote); pass an integer cv, "
+                    "whose folds keep the copies of a row together",
+                    UserWarning,
+                    stacklevel=4,
                 )
-            splitter = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
-        else:
-            splitter = self.cv
+            return folds
+        counts = np.bincount(y_index)
+        if counts.max() < self.cv:
+            raise ValueError(
+                f"cv={self.cv} folds need at least {self.cv} samples of some class, got "
+                f"{y_index.shape[0]} sample(s) whose largest class has {counts.max()}: "
+                "pass more data or a smaller cv"
+            )
+        splitter = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+        folds = self._split(splitter, logits, y_index)
+        if groups is None:
+            return folds
+        # Copies of a row join the fold of its first copy; every other row keeps its fold.
+        fold_of_row = np.empty(y_index.shape[0], dtype=np.int64)
+        for fold, (_, test) in enumerate(folds):
+            fold_of_row[test] = fold
+        first_rows = np.unique(groups, return_index=True)[1]
+        fold_of_row = fold_of_row[first_rows][groups]
+        sizes = np.bincount(fold_of_row, minlength=self.cv)
+        if sizes.min() == 0:
+            raise ValueError(
+                f"X holds {first_rows.size} distinct rows (the copies of a row are kept in one "
+                f"fold), too few for cv={self.cv} folds: pass more data or a smaller cv"
+            )
+        return [
+            (np.flatnonzero(fold_of_row != fold), np.flatnonzero(fold_of_row == fold))
+            for fold in range(self.cv)
+        ]
+
+    @staticmethod
+    def _split(splitter, logits, y_index) -> list:
         with warnings.catch_warnings():
             # A class rarer than the number of folds is fine here: the columns are the
             # classes, so a training fold without it still has its logit column.
@@ -274,6 +342,11 @@ class AutoCalibrator(BaseCalibrator):
         candidates = {IDENTITY: _Identity(), **candidates}
         if sample_weight is not None:
             # A configuration error, not a failing fit: raise before any fold is fitted.
+            if self.scoring == "neg_ece":
+                raise ValueError(
+                    "scoring='neg_ece' takes no sample_weight (the binned ECE is unweighted): "
+                    "use scoring='neg_log_loss' or 'neg_brier_score' with weights"
+                )
             for name, estimator in candidates.items():
                 if not has_fit_parameter(estimator, "sample_weight"):
                     raise ValueError(
@@ -304,16 +377,17 @@ class AutoCalibrator(BaseCalibrator):
         best_score = float(results["mean_score"].iloc[best])
         # argmax returns the first maximum: a tie with the identity keeps the identity.
         self.best_name_ = str(results["candidate"].iloc[best])
+        # The reason states the metric itself (the scores are its negation).
+        optimised = f"cross-validated {_SCORE_NAMES[self.scoring]} (scoring={self.scoring!r})"
         if self.best_name_ == IDENTITY:
             self.reason_ = (
-                f"no candidate beat the uncalibrated model's cross-validated {self.scoring} "
-                f"({baseline:.6g} over {len(folds)} folds), so the logits are left unchanged"
+                f"no candidate beat the uncalibrated model's {optimised}, "
+                f"{-baseline:.6g} over {len(folds)} folds, so the logits are left unchanged"
             )
         else:
             self.reason_ = (
-                f"{self.best_name_!r} had the best cross-validated {self.scoring} "
-                f"({best_score:.6g} against {baseline:.6g} uncalibrated, over {len(folds)} "
-                "folds)"
+                f"{self.best_name_!r} had the best {optimised}: {-best_score:.6g} against "
+                f"{-baseline:.6g} uncalibrated, over {len(folds)} folds"
             )
         self.best_estimator_ = _fit(
             clone(candidates[self.best_name_]), logits, y_index, sample_weight
@@ -331,6 +405,33 @@ class AutoCalibrator(BaseCalibrator):
                 "the logits, so the choice may not learn to predict the single class seen in fit"
             ),
         }
+
+    def _torch_map(self):
+        torch_map = getattr(self.best_estimator_, "_torch_map", None)
+        if torch_map is None:
+            raise ValueError(
+                f"AutoCalibrator chose {self.best_name_!r}, a "
+                f"{type(self.best_estimator_).__name__}, which has no torch module"
+            )
+        return torch_map()
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import loaded_state_error
+
+            best = getattr(self, "best_estimator_", None)
+            if not hasattr(best, "predict_proba"):
+                raise loaded_state_error(self, "best_estimator_", best, "a fitted estimator")
+            if not isinstance(getattr(self, "best_name_", None), str):
+                raise loaded_state_error(
+                    self, "best_name_", getattr(self, "best_name_", None), "a candidate's name"
+                )
+            inner = getattr(best, "classes_", None)
+            if inner is not None and len(inner) != len(self.classes_):
+                raise loaded_state_error(
+                    self, "best_estimator_", best, f"an estimator of {len(self.classes_)} classes"
+                )
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         if isinstance(self.best_estimator_, BaseCalibrator):

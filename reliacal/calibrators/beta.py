@@ -135,6 +135,19 @@ class BetaCalibration(OneVsRestCalibrator):
             max_iter=self.max_iter,
         )
 
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap
+
+        return OneVsRestMap.beta(len(self.classes_), self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            check_loaded_array(self, "coef_", (self._n_maps(), 2))
+            check_loaded_array(self, "intercept_", (self._n_maps(),))
+
     def _apply_maps(self, scores) -> np.ndarray:
         maps = [
             expit(_beta_features(scores[:, column]) @ self.coef_[column] + self.intercept_[column])

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
-from reliacal.calibrators._classic import OneVsRestCalibrator, one_vs_rest_log_odds
+from reliacal.calibrators._classic import (
+    OneVsRestCalibrator,
+    one_vs_rest_log_odds,
+    succession_targets,
+)
 
 __all__ = ["HistogramBinning"]
 
@@ -146,8 +151,18 @@ class HistogramBinning(OneVsRestCalibrator):
         top = np.argmax(logits, axis=1)
         rows = np.arange(logits.shape[0])
         confidence_log_odds = one_vs_rest_log_odds(logits)[rows, top]
-        correct = (top == y_index).astype(np.float64)
-        self._fit_maps(confidence_log_odds[:, None], correct[:, None], sample_weight)
+        correct = (top == y_index).astype(np.float64)[:, None]
+        correct, constant = succession_targets(correct, sample_weight)
+        if constant:
+            warnings.warn(
+                "HistogramBinning: the top-label predictions of the calibration data are all "
+                f"{'right' if correct[0, 0] > 0.5 else 'wrong'}: the bins give Laplace's rule "
+                "of succession, (n + 1)/(n + 2) or 1/(n + 2) for n samples, instead of a "
+                "certainty that one test sample could refute",
+                UserWarning,
+                stacklevel=4,
+            )
+        self._fit_maps(confidence_log_odds[:, None], correct, sample_weight)
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:
         if self.mode == "classwise":
@@ -180,3 +195,18 @@ class HistogramBinning(OneVsRestCalibrator):
 
     def _binning(self):
         return self.edges_[0], self.values_[0]
+
+    def _n_maps(self) -> int:
+        return 1 if self.mode == "top-label" else super()._n_maps()
+
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap, TopLabelBinningMap
+
+        if self.mode == "top-label":
+            return TopLabelBinningMap(*self._binning())
+        return OneVsRestMap.binning(len(self.classes_), self.edges_, self.values_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_lookups("edges_", "values_", lambda n_edges: n_edges + 1)

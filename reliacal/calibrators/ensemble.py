@@ -206,6 +206,25 @@ class EnsembleTemperatureScaling(ClassicCalibrator):
         w_scaled, w_plain, w_uniform = self.weights_
         return w_scaled * scaled + w_plain * plain + w_uniform / logits.shape[1]
 
+    def _torch_map(self):
+        from reliacal.export import EnsembleTemperatureMap
+
+        return EnsembleTemperatureMap(self.temperature_, self.weights_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import (
+                check_loaded_array,
+                check_loaded_number,
+                loaded_state_error,
+            )
+
+            check_loaded_number(self, "temperature_", positive=True, finite=False)
+            weights = check_loaded_array(self, "weights_", (3,), minimum=0.0, maximum=1.0)
+            if abs(weights.sum() - 1.0) > 1e-9:
+                raise loaded_state_error(self, "weights_", weights, "weights that sum to 1")
+
     def _expected_failed_checks(self) -> dict[str, str]:
         return {
             **super()._expected_failed_checks(),

@@ -98,6 +98,16 @@ class IsotonicCalibration(OneVsRestCalibrator):
             self.knots_.append(knots)
             self.values_.append(values)
 
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap
+
+        return OneVsRestMap.isotonic(len(self.classes_), self.knots_, self.values_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_lookups("knots_", "values_", lambda n_knots: n_knots)
+
     def _apply_maps(self, scores) -> np.ndarray:
         # np.interp keeps the end values beyond the knots (out_of_bounds="clip").
         return np.column_stack(

@@ -124,3 +124,16 @@ class PlattScaling(OneVsRestCalibrator):
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_ + self.intercept_)
+
+    def _torch_map(self):
+        from reliacal.export import OneVsRestMap
+
+        return OneVsRestMap.platt(len(self.classes_), self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            check_loaded_array(self, "coef_", (self._n_maps(),))
+            check_loaded_array(self, "intercept_", (self._n_maps(),))

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from scipy.optimize import minimize
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV, ParameterGrid
+from sklearn.model_selection import GridSearchCV, ParameterGrid, StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
@@ -71,7 +71,7 @@ def _nll_and_logit_gradient(calibrated, y_index, weights):
     true_logits = calibrated[rows, y_index] - row_max
     exponentials = np.subtract(calibrated, row_max[:, None], out=calibrated)
     np.exp(exponentials, out=exponentials)
-    row_sums = exponentials @ np.ones(calibrated.shape[1])
+    row_sums = exponentials @ np.ones(calibrated.shape[1], dtype=calibrated.dtype)
     nll = float(weights @ (np.log(row_sums) - true_logits))
     gradient = exponentials
     gradient *= (weights / row_sums)[:, None]
@@ -90,7 +90,12 @@ class _LogitScaling(BaseCalibrator):
     - ``_apply_coef(coef, logits)``: ``map(coef, z)`` (also used at predict time);
     - ``_coef_objective(coef, logits, logit_gradient)``: the ``coef`` part of the
       penalty and the gradient of the loss in ``coef``, given the gradient of the
-      NLL in the calibrated logits.
+      NLL in the calibrated logits;
+
+    and may override ``_bias_weight(K)``, the factor of ``sum_j b_j^2`` (ODIR's
+    ``reg_bias / K``), ``_parameter_scale`` (a diagonal preconditioner of the
+    solver), ``_lbfgs_memory`` (L-BFGS's stored corrections) and ``_rough_start``
+    (a cheaper first pass that gives the solver its starting point).
     """
 
     _parameter_constraints: dict = {
@@ -112,17 +117,38 @@ class _LogitScaling(BaseCalibrator):
     def _coef_objective(self, coef, logits, logit_gradient) -> tuple[float, np.ndarray]:
         raise NotImplementedError
 
+    def _bias_weight(self, n_classes: int) -> float:
+        """The factor of ``sum_j b_j^2`` in the loss: ODIR's ``mu / K``."""
+        return self.reg_bias / n_classes
+
     def _loss(self, parameters, logits, y_index, weights):
         n_classes = logits.shape[1]
         coef = parameters[:-n_classes].reshape(self._coef_shape(n_classes))
         bias = parameters[-n_classes:]
-        calibrated = self._apply_coef(coef, logits) + bias
+        # In the logits' precision (float64 but for a float32 first pass, see _rough_start).
+        calibrated = self._apply_coef(coef, logits) + bias.astype(logits.dtype, copy=False)
         nll, gradient = _nll_and_logit_gradient(calibrated, y_index, weights)
         coef_penalty, grad_coef = self._coef_objective(coef, logits, gradient)
-        bias_weight = self.reg_bias / n_classes
+        bias_weight = self._bias_weight(n_classes)
         loss = nll + coef_penalty + bias_weight * float(bias @ bias)
         grad_bias = gradient.sum(axis=0) + 2.0 * bias_weight * bias
         return loss, np.concatenate([grad_coef.ravel(), grad_bias])
+
+    def _parameter_scale(self, logits, y_index, weights) -> np.ndarray | None:
+        """Scales of the parameters for the solver (a diagonal preconditioner), or None.
+
+        L-BFGS then works on ``parameters / scale``, which changes its path but not
+        the optimum.
+        """
+        return None
+
+    def _lbfgs_memory(self, n_parameters: int) -> int:
+        """L-BFGS's number of stored corrections (SciPy's ``maxcor``)."""
+        return _MAXCOR
+
+    def _rough_start(self, objective, initial, args) -> np.ndarray:
+        """The solver's starting point (in its scaled variables): ``initial`` by default."""
+        return initial
 
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         logits = np.asarray(logits, dtype=np.float64)
@@ -132,16 +158,32 @@ class _LogitScaling(BaseCalibrator):
         else:
             weights = sample_weight / sample_weight.sum()
         initial = np.concatenate([self._initial_coef(n_classes).ravel(), np.zeros(n_classes)])
+        scale = self._parameter_scale(logits, y_index, weights)
+        if scale is None:
+            objective = self._loss
+        else:
+            initial = initial / scale
+
+            def objective(scaled, *args):
+                loss, gradient = self._loss(scale * scaled, *args)
+                return loss, scale * gradient
+
         # One BLAS thread unless each product is large (see _THREADED_PRODUCT).
         small = n_samples * initial.size < _THREADED_PRODUCT
         with single_threaded_blas() if small else contextlib.nullcontext():
+            initial = self._rough_start(objective, initial, (logits, y_index, weights))
             result = minimize(
-                self._loss,
+                objective,
                 initial,
                 args=(logits, y_index, weights),
                 jac=True,
                 method="L-BFGS-B",
-                options={"maxiter": self.max_iter, "gtol": self.tol, "ftol": _FTOL},
+                options={
+                    "maxiter": self.max_iter,
+                    "gtol": self.tol,
+                    "ftol": _FTOL,
+                    "maxcor": self._lbfgs_memory(initial.size),
+                },
             )
         if not result.success:
             warnings.warn(
@@ -150,13 +192,28 @@ class _LogitScaling(BaseCalibrator):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+        parameters = result.x if scale is None else scale * result.x
         # Own arrays, not two views of one parameter vector.
-        self.coef_ = result.x[:-n_classes].reshape(self._coef_shape(n_classes)).copy()
-        self.intercept_ = result.x[-n_classes:].copy()
+        self.coef_ = parameters[:-n_classes].reshape(self._coef_shape(n_classes)).copy()
+        self.intercept_ = parameters[-n_classes:].copy()
         self.n_iter_ = int(result.nit)
 
     def _calibrated_logits(self, features, logits):
         return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
+
+    def _torch_map(self):
+        from reliacal.export import LinearLogitMap
+
+        return LinearLogitMap(self.coef_, self.intercept_)
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array
+
+            n_classes = len(self.classes_)
+            check_loaded_array(self, "coef_", self._coef_shape(n_classes))
+            check_loaded_array(self, "intercept_", (n_classes,))
 
 
 #: The docs of what every _LogitScaling subclass shares: the L-BFGS settings and results.
@@ -393,6 +450,22 @@ class MatrixScaling(_LogitScaling):
         return penalty, logit_gradient.T @ logits + 2.0 * off_weight * off_diagonal
 
 
+class _PenaltyFolds(StratifiedKFold):
+    """The folds of a penalty search: scikit-learn's, with a message that says what is missing."""
+
+    def split(self, X, y, groups=None):
+        counts = np.unique(np.asarray(y), return_counts=True)[1]
+        if counts.max() < self.n_splits:
+            raise ValueError(
+                f"choosing the regularisation by {self.n_splits}-fold cross-validated NLL "
+                f"needs at least {self.n_splits} samples of some class, got {len(y)} "
+                f"sample(s) whose largest class has {counts.max()}: pass more data, or give "
+                "the penalties (reg_bias, reg_off_diagonal; --reg-bias, --reg-off-diagonal "
+                "in the command)"
+            )
+        return super().split(X, y, groups)
+
+
 def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=False):
     """Vector or matrix scaling with its regularisation chosen by cross-validated NLL.
 
@@ -455,4 +528,7 @@ def tuned_scaling(estimator, grid=None, *, values=(0.1, 1.0, 10.0), cv=3, quick=
     if quick:
         candidates = ParameterGrid(grid)
         return clone(estimator).set_params(**candidates[len(candidates) // 2])
+    if isinstance(cv, numbers.Integral):
+        # GridSearchCV's own folds for an integer (unshuffled stratified k-fold), checked first.
+        cv = _PenaltyFolds(cv)
     return GridSearchCV(estimator, grid, scoring=nll_scorer, cv=cv)

@@ -12,23 +12,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from reliacal._version import __version__
+from reliacal.calibrators import calibration_methods, describe_methods
+
 __all__ = ["main"]
 
 _FORMATS = ("table", "csv", "json")
 _STRATEGIES = ("uniform", "quantile")
-# --method name -> the calibrator fitted as it is (vector and matrix are built apart: their
-# penalties come from --reg-* or a search). AdaptiveTS is seeded: the command is repeatable.
-_FIXED_METHODS = {
-    "temperature": ("TemperatureScaling", {}),
-    "platt": ("PlattScaling", {}),
-    "isotonic": ("IsotonicCalibration", {}),
-    "beta": ("BetaCalibration", {}),
-    "histogram": ("HistogramBinning", {}),
-    "ets": ("EnsembleTemperatureScaling", {}),
-    "adaptive": ("AdaptiveTS", {"random_state": 0}),
-    "auto": ("AutoCalibrator", {}),
-}
-_METHODS = ("temperature", "vector", "matrix", *(m for m in _FIXED_METHODS if m != "temperature"))
+# --method: the command's methods of the table (reliacal.calibrators.calibration_methods).
+# Reading the table imports no calibrator.
+_METHODS = tuple(name for name, method in calibration_methods().items() if method.command)
 # ODIR divides the off-diagonal penalty by K (K - 1): the demo's 0.1..10 (K = 10) is far
 # too weak for 100 classes, where 3-fold CV on CIFAR-100 picks about 100.
 _MATRIX_PENALTIES = (0.1, 1.0, 10.0, 100.0, 1000.0)
@@ -70,11 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> main(["evaluate", "missing.npz"])
     1
     """
+    from reliacal.cli._progress import Progress, stderr_is_terminal
+
     parser = _build_parser()
     arguments = parser.parse_args(argv)
     try:
         # The library's warnings (e.g. a calibrator that did not converge) become one line each.
-        with warnings.catch_warnings(record=True) as caught:
+        # The progress line is cleared (its context left) before any of them is printed.
+        show_progress = stderr_is_terminal() and not arguments.quiet
+        with warnings.catch_warnings(record=True) as caught, Progress(show_progress) as progress:
+            arguments.progress = progress
             status = arguments.handler(arguments)
         # A search repeats a fit's warning once per fold and grid point: say it once.
         counts = Counter(str(warning.message) for warning in caught)
@@ -95,6 +93,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="reliacal",
         description="Measure, plot and fix the calibration of a classifier's probabilities.",
     )
+    parser.add_argument("-V", "--version", action="version", version=f"reliacal {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in _COMMANDS.items():
         subparser = commands.add_parser(name, help=command.summary, description=command.description)
@@ -104,11 +103,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("predictions", metavar="PRED", help=_PREDICTION_HELP)
+    parser.add_argument("predictions", metavar="PRED", help=_EVALUATE_HELP)
     parser.add_argument("--labels", metavar="FILE", help="file with the true labels")
-    _add_reading_options(parser)
+    _add_reading_options(parser, patterns=True)
     _add_report_options(parser)
-    parser.add_argument("--name", default=None, help="model name in the report")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="model name in the report (default: the file's name; with a --probs-key "
+        "pattern, each key names its model)",
+    )
     parser.add_argument(
         "--streamable-only",
         action="store_true",
@@ -119,18 +123,15 @@ def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("calibration", metavar="CAL_FILE", help=_PREDICTION_HELP)
-    parser.add_argument("evaluation", metavar="EVAL_FILE", help=_PREDICTION_HELP)
+    parser.add_argument("calibration", metavar="CAL_FILE", help=_CALIBRATE_HELP)
+    parser.add_argument("evaluation", metavar="EVAL_FILE", help=_CALIBRATE_HELP)
     parser.add_argument(
         "--method",
         choices=_METHODS,
         default="temperature",
-        help="temperature scaling (default), vector scaling, matrix scaling (on "
-        "log-probabilities: Dirichlet calibration), platt (PlattScaling), isotonic "
-        "(IsotonicCalibration), beta (BetaCalibration), histogram (HistogramBinning), ets "
-        "(EnsembleTemperatureScaling), adaptive (AdaptiveTS, seed 0), or auto "
-        "(AutoCalibrator: the best of several by 5-fold cross-validated NLL, the "
-        "uncalibrated model unless one beats it)",
+        help=f"the calibrator (default: temperature): {describe_methods(_METHODS)}; vector "
+        "and matrix choose their regularisation by cross-validated NLL unless --reg-bias or "
+        "--reg-off-diagonal is given",
     )
     parser.add_argument(
         "--reg-off-diagonal",
@@ -149,13 +150,14 @@ def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cal-labels", metavar="FILE", help="labels of CAL_FILE")
     parser.add_argument("--eval-labels", metavar="FILE", help="labels of EVAL_FILE")
-    _add_reading_options(parser)
+    _add_reading_options(parser, patterns=False)
     _add_report_options(parser)
     parser.add_argument(
         "--out",
         metavar="FILE",
         help="write the calibrated probabilities and labels (.npz, .csv or .parquet, by the "
-        "extension)",
+        "extension, in any case); a table keeps EVAL_FILE's column names (p_0, p_cat, ...) "
+        "when it holds probabilities, and names the columns by class otherwise",
     )
     parser.add_argument(
         "--save-model",
@@ -170,17 +172,41 @@ def _add_demo_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reliacal-demo", help="output folder")
     parser.add_argument("--quick", action="store_true", help="few epochs (a smoke test)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and training")
+    _add_quiet_option(parser)
 
 
-_PREDICTION_HELP = (
-    "predictions: .npz (keys probs/predictions/logits and labels/ground_truth/y), .npy "
-    "(labels from a second file), or .csv/.parquet (a label column and one column per class); "
-    "evaluate also reads a folder of .parquet files, and reads parquet batch by batch"
+_PREDICTION_FILES = (
+    ".npz (keys probs/predictions/logits and labels/ground_truth/y), .npy (labels from a "
+    "second file), or .csv/.parquet (a label column and one column per class, named by the "
+    "class: p_0, p_1, ... or p_cat, p_dog, ...; logit_0, logit_1, ... hold logits)"
+)
+_EVALUATE_HELP = (
+    f"predictions: {_PREDICTION_FILES}, or a folder of .parquet files; parquet is read "
+    "batch by batch"
+)
+_CALIBRATE_HELP = (
+    f"predictions in one file (a folder of parquet files is read by evaluate only): "
+    f"{_PREDICTION_FILES}"
 )
 
 
-def _add_reading_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--probs-key", help="npz key (or column-name prefix) of the predictions")
+def _add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress display on stderr (shown only when stderr is a terminal)",
+    )
+
+
+def _add_reading_options(parser: argparse.ArgumentParser, *, patterns: bool) -> None:
+    key_help = "npz key (or column-name prefix of a table) of the predictions"
+    if patterns:
+        key_help += (
+            "; a pattern such as 'probs_*' reports every matching npz key, one row per key "
+            "(quote it for the shell)"
+        )
+    parser.add_argument("--probs-key", help=key_help)
     parser.add_argument(
         "--classes",
         type=_class_names,
@@ -190,7 +216,10 @@ def _add_reading_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--labels-key", help="npz key or column name of the labels")
     parser.add_argument(
-        "--logits", action="store_true", help="the predictions are logits (softmax is applied)"
+        "--logits",
+        action="store_true",
+        help="the predictions are logits (softmax is applied); not needed when the npz key "
+        "(logits) or the column names (logit_0, logit_1, ...) say so",
     )
 
 
@@ -220,6 +249,7 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace output files that exist already"
     )
+    _add_quiet_option(parser)
 
 
 def _positive_int(text: str) -> int:
@@ -259,34 +289,71 @@ def _class_names(text: str) -> list[str]:
 
 
 def _say(message: str) -> None:
-    print(f"reliacal: {' '.join(message.split())}", file=sys.stderr)
+    from reliacal.cli._progress import say
+
+    say(f"reliacal: {' '.join(message.split())}")
 
 
-def _load(path: str, labels_path: str | None, arguments: argparse.Namespace):
+def _load(
+    path: str,
+    labels_path: str | None,
+    arguments: argparse.Namespace,
+    *,
+    probs_key: str | None = None,
+):
+    """Read a prediction file with the command's options; ``probs_key``: one key of a pattern."""
     from reliacal.io import load_prediction_file
 
+    options = _reading_options(arguments)
+    if probs_key is not None:
+        options["probs_key"] = probs_key
     predictions = load_prediction_file(
-        path, labels_path=labels_path, labels=arguments.classes, **_reading_options(arguments)
+        path, labels_path=labels_path, labels=arguments.classes, **options
     )
     _say(predictions.source)
     return predictions
 
 
-def _evaluate(arguments: argparse.Namespace) -> int:
-    from reliacal.cli._chunked_report import (
-        REPORT_COLUMNS,
-        STREAMABLE_COLUMNS,
-        metric_states,
-        report_from_states,
+def _load_models(arguments: argparse.Namespace, name: str):
+    """``({model name: probabilities}, predictions)`` of the file to evaluate.
+
+    One model, named ``name``; or, for a ``--probs-key`` pattern (``probs_*``), one model
+    per matching npz key, named by its key. ``predictions`` is the last one read (its
+    labels and classes are those of every key: one file, one label key).
+    """
+    from reliacal.io import is_key_pattern, prediction_keys
+
+    if not is_key_pattern(arguments.probs_key):
+        predictions = _load(arguments.predictions, arguments.labels, arguments)
+        return {name: predictions.probs}, predictions
+    keys = prediction_keys(
+        arguments.predictions, arguments.probs_key, labels_key=arguments.labels_key
     )
+    if arguments.name is not None and len(keys) > 1:
+        raise UserError(
+            f"--name names one model, but --probs-key {arguments.probs_key!r} matches "
+            f"{len(keys)} keys ({', '.join(keys)}); each is named by its key"
+        )
+    models = {}
+    for key in keys:
+        predictions = _load(arguments.predictions, arguments.labels, arguments, probs_key=key)
+        models[arguments.name or key] = predictions.probs
+    return models, predictions
+
+
+def _evaluate(arguments: argparse.Namespace) -> int:
     from reliacal.io import is_parquet_input
+    from reliacal.metrics import calibration_states, report_from_states
 
     outputs = _check_outputs(arguments, [arguments.predictions, arguments.labels])
     name = arguments.name or Path(arguments.predictions).stem
-    columns = STREAMABLE_COLUMNS if arguments.streamable_only else REPORT_COLUMNS
+    streamable_only = arguments.streamable_only
     if is_parquet_input(arguments.predictions):
         if arguments.labels is None and "--plot" not in outputs:
-            _print_report(arguments, report_from_states(_stream(arguments, name), columns))
+            _print_report(
+                arguments,
+                report_from_states(_stream(arguments, name), streamable_only=streamable_only),
+            )
             return 0
         if Path(arguments.predictions).is_dir():
             raise UserError(
@@ -294,9 +361,8 @@ def _evaluate(arguments: argparse.Namespace) -> int:
                 "in the files (no --labels) and --plot, which needs every row in memory, is "
                 "not available"
             )
-    predictions = _load(arguments.predictions, arguments.labels, arguments)
-    models = {name: predictions.probs}
-    states = metric_states(
+    models, predictions = _load_models(arguments, name)
+    states = calibration_states(
         predictions.labels,
         models,
         n_bins=arguments.n_bins,
@@ -305,14 +371,24 @@ def _evaluate(arguments: argparse.Namespace) -> int:
     )
     plot = None
     if "--plot" in outputs:
-        plot = (outputs["--plot"], predictions.labels, models, predictions.classes)
+        titled = models if len(models) > 1 else {_plot_title(arguments, name): predictions.probs}
+        plot = (outputs["--plot"], predictions.labels, titled, predictions.classes)
     # The states hold all the metrics need: free the matrix before the quantile and smoothed
     # metrics sort and smooth the confidences, so that the peak stays near the input's size.
     del predictions, models
-    _print_report(arguments, report_from_states(states, columns))
+    _print_report(arguments, report_from_states(states, streamable_only=streamable_only))
     if plot is not None:
         _plot(arguments, *plot)
     return 0
+
+
+def _plot_title(arguments: argparse.Namespace, name: str) -> str:
+    """The diagram's title: ``--name``, else the ``--probs-key`` of an .npz file (the key
+    that names the model among the file's arrays), else the file's stem (``name``)."""
+    if arguments.name is None and arguments.probs_key is not None:
+        if Path(arguments.predictions).suffix.lower() == ".npz":
+            return arguments.probs_key
+    return name
 
 
 def _stream(arguments: argparse.Namespace, name: str) -> dict:
@@ -324,6 +400,7 @@ def _stream(arguments: argparse.Namespace, name: str) -> dict:
         n_bins=arguments.n_bins,
         classes=arguments.classes,
         keep_confidences=not arguments.streamable_only,
+        progress=None if arguments.progress.enabled else False,
         **_reading_options(arguments),
     )
     _say(source)
@@ -333,7 +410,16 @@ def _stream(arguments: argparse.Namespace, name: str) -> dict:
 def _calibrate(arguments: argparse.Namespace) -> int:
     inputs = [arguments.calibration, arguments.evaluation]
     outputs = _check_outputs(arguments, inputs + [arguments.cal_labels, arguments.eval_labels])
+    for option, path in (("CAL_FILE", arguments.calibration), ("EVAL_FILE", arguments.evaluation)):
+        if Path(path).is_dir():
+            raise UserError(
+                f"{option} {path} is a folder: calibrate reads one prediction file (.npz, .npy, "
+                ".csv or .parquet); join the parts first, e.g. "
+                "pandas.read_parquet(folder).to_parquet(file)"
+            )
+    arguments.progress.step(f"reading {Path(arguments.calibration).name}")
     calibration = _load(arguments.calibration, arguments.cal_labels, arguments)
+    arguments.progress.step(f"reading {Path(arguments.evaluation).name}")
     evaluation = _load(arguments.evaluation, arguments.eval_labels, arguments)
     if calibration.probs.ndim != 2 or evaluation.probs.ndim != 2:
         raise UserError("calibrate needs one probability column per class in both files")
@@ -346,6 +432,7 @@ def _calibrate(arguments: argparse.Namespace) -> int:
         )
     classes = _shared_classes(calibration, evaluation, n_classes)
     use_logits = calibration.logits is not None and evaluation.logits is not None
+    arguments.progress.step(f"preparing --method {arguments.method}")  # imports torch
     estimator = _make_calibrator(arguments, classes, use_logits)
     if hasattr(estimator, "error_score"):
         # A search would record a failed fit (a calibrator's own check, e.g. too many classes
@@ -354,7 +441,9 @@ def _calibrate(arguments: argparse.Namespace) -> int:
         estimator.set_params(error_score="raise")
     cal_input = calibration.logits if use_logits else calibration.probs
     eval_input = evaluation.logits if use_logits else evaluation.probs
+    arguments.progress.step(f"fitting {type(estimator).__name__}")
     estimator.fit(cal_input, calibration.labels)
+    arguments.progress.step("predicting")
     calibrated = estimator.predict_proba(eval_input)
     if hasattr(estimator, "reason_"):
         # AutoCalibrator: the saved model stays the chooser, the report says what it chose.
@@ -374,12 +463,18 @@ def _calibrate(arguments: argparse.Namespace) -> int:
     if "--out" in outputs:
         from reliacal.cli._outputs import write_predictions
 
-        written = write_predictions(outputs["--out"], calibrated, evaluation.labels, classes)
+        arguments.progress.step(f"writing {outputs['--out'].name}")
+        # Probabilities keep the input's column names (p_0, p_cat); logit_k would say logits.
+        columns = evaluation.columns if evaluation.logits is None else None
+        written = write_predictions(
+            outputs["--out"], calibrated, evaluation.labels, classes, columns=columns
+        )
         _say(f"wrote {written}")
     if "--save-model" in outputs:
         from reliacal.cli._outputs import write_atomically
         from reliacal.persistence import save
 
+        arguments.progress.step(f"writing {outputs['--save-model'].name}")
         # reliacal's pickle-free format (manifest.json + arrays.npz), one zip archive.
         written = write_atomically(
             outputs["--save-model"], lambda temporary: save(estimator, temporary, archive=True)
@@ -414,7 +509,8 @@ def _shared_classes(calibration, evaluation, n_classes: int):
     classes = np.unique(both)
     if len(classes) != n_classes:
         raise UserError(
-            f"the labels hold {len(classes)} distinct classes but the predictions have "
+            f"the labels hold {len(classes)} distinct class{'es' if len(classes) != 1 else ''} "
+            "but the predictions have "
             f"{n_classes} columns"
         )
     return classes
@@ -422,17 +518,16 @@ def _shared_classes(calibration, evaluation, n_classes: int):
 
 def _make_calibrator(arguments: argparse.Namespace, classes: np.ndarray, use_logits: bool) -> Any:
     """The calibrator of ``--method``; a cross-validated search when no --reg-* is given."""
-    from reliacal import calibrators
-    from reliacal.calibrators import MatrixScaling, VectorScaling
+    from reliacal.calibrators import MatrixScaling, VectorScaling, make_calibrator
     from reliacal.calibrators.scaling import check_matrix_size, tuned_scaling
 
     shared = {"input": "logits" if use_logits else "probs", "classes": classes}
     off_diagonal, bias = arguments.reg_off_diagonal, arguments.reg_bias
-    if arguments.method in _FIXED_METHODS:
+    if not calibration_methods()[arguments.method].tuned:
         if off_diagonal is not None or bias is not None:
             raise UserError("--reg-off-diagonal and --reg-bias apply to vector and matrix only")
-        name, parameters = _FIXED_METHODS[arguments.method]
-        return getattr(calibrators, name)(**parameters, **shared)
+        # AdaptiveTS is seeded by the table (seed 0): the command is repeatable.
+        return make_calibrator(arguments.method, **shared)
     if arguments.method == "vector":
         if off_diagonal is not None:
             raise UserError("--reg-off-diagonal applies to matrix only")
@@ -454,9 +549,10 @@ def _report(
     predictions: dict[str, np.ndarray],
     labels: Any = None,
 ) -> None:
-    from reliacal.cli._chunked_report import metric_states, report_from_states
+    from reliacal.metrics import calibration_states, report_from_states
 
-    states = metric_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
+    arguments.progress.step("computing the report")
+    states = calibration_states(y_true, predictions, n_bins=arguments.n_bins, labels=labels)
     _print_report(arguments, report_from_states(states))
 
 
@@ -477,6 +573,7 @@ def _plot(arguments, out: Path, y_true, predictions, labels) -> None:
 
     from reliacal.plot import plot_reliability_diagrams
 
+    arguments.progress.step(f"drawing {out.name}")
     displays = plot_reliability_diagrams(
         y_true, predictions, n_bins=arguments.n_bins, strategy=arguments.strategy, labels=labels
     )
@@ -504,7 +601,12 @@ def _check_outputs(arguments: argparse.Namespace, inputs: list[str | None]) -> d
 def _demo(arguments: argparse.Namespace) -> int:
     from reliacal.demo import run_demo
 
-    result = run_demo(arguments.out, quick=arguments.quick, random_state=arguments.seed)
+    result = run_demo(
+        arguments.out,
+        quick=arguments.quick,
+        random_state=arguments.seed,
+        verbose=not arguments.quiet,
+    )
     _say(f"wrote {result.report_path} and {result.html_path}")
     return 0
 

@@ -3,14 +3,18 @@
 Every output path is checked up front, before a file is read or a model fitted:
 its extension must say a format the command writes, it must not be one of the
 command's inputs, two outputs must not share a path, and an existing file is
-replaced only with ``--force``. Each file is written to a temporary name in
-the same folder and renamed into place, so a failed write leaves no half file
+replaced only with ``--force``. Extensions are read in any case (``OUT.NPZ``).
+Each file is written in a temporary folder beside it and renamed into place;
+the folder and whatever a writer put in it are removed whatever happens (an
+error or an interruption mid-write), so a failed write leaves no half file
 and the reported path is the path written.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -116,9 +120,11 @@ def _check_extension(option: str, path: Path) -> None:
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(temporary)`` and rename the result to ``path``.
 
-    The temporary name is in the same folder (created if needed) and keeps
-    the extension, so that writers that infer a format from it (matplotlib)
-    or append one when it is missing (numpy) write exactly that file.
+    ``temporary`` has ``path``'s name, in a new hidden folder beside it (on
+    the same file system, so the rename is atomic): writers that infer a
+    format from the extension (matplotlib) see the same one. The folder is
+    removed afterwards with anything left in it, also when ``write`` fails
+    or is interrupted, so no partial file outlives the call.
 
     Parameters
     ----------
@@ -140,20 +146,31 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     'done'
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    temporary = folder / path.name
     try:
-        write(temporary)
+        try:
+            write(temporary)
+        except OSError as error:
+            # The temporary name in errno's message would mean nothing to the user.
+            raise OSError(f"cannot write {path}: {error.strerror or error}") from None
+        if not temporary.is_file():  # a writer that chose another name (numpy adds .npz)
+            written = ", ".join(sorted(entry.name for entry in folder.iterdir())) or "nothing"
+            raise OSError(f"writing {path} wrote {written} instead; nothing was written")
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return path
 
 
-def write_predictions(path: Path, probs: np.ndarray, labels: np.ndarray, classes) -> Path:
+def write_predictions(
+    path: Path, probs: np.ndarray, labels: np.ndarray, classes, *, columns=None
+) -> Path:
     """Write probabilities and labels in the format of ``path``'s extension.
 
     ``.npz`` holds the arrays ``probs`` and ``labels``; ``.csv`` and
-    ``.parquet`` hold one column per class, named by the class, and a
+    ``.parquet`` hold one column per class, named ``columns`` (the input
+    table's names, ``p_0`` or ``p_cat``) or else by the class, and a
     ``label`` column. All three are prediction files that ``reliacal
     evaluate`` reads back unchanged.
 
@@ -167,6 +184,9 @@ def write_predictions(path: Path, probs: np.ndarray, labels: np.ndarray, classes
         True labels.
     classes : array-like of shape (K,)
         The class of each column (names the table columns).
+    columns : sequence of str or None, default=None
+        Names of the table columns, in the order of ``probs``' columns; None:
+        the classes.
 
     Returns
     -------
@@ -182,17 +202,29 @@ def write_predictions(path: Path, probs: np.ndarray, labels: np.ndarray, classes
     >>> print(target.read_text().strip())
     0,1,label
     0.9,0.1,0
+    >>> probs, labels = np.array([[0.9, 0.1]]), np.array([0])
+    >>> _ = write_predictions(target, probs, labels, [0, 1], columns=["p_0", "p_1"])
+    >>> print(target.read_text().strip())
+    p_0,p_1,label
+    0.9,0.1,0
     """
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return write_atomically(
-            path, lambda temporary: np.savez_compressed(temporary, probs=probs, labels=labels)
-        )
+
+        def write_npz(temporary: Path) -> None:
+            # Through a file object: given a name, numpy appends ".npz" unless the name ends
+            # so, in lower case (OUT.NPZ would be written as OUT.NPZ.npz).
+            with open(temporary, "wb") as file:
+                np.savez_compressed(file, probs=probs, labels=labels)
+
+        return write_atomically(path, write_npz)
     import pandas as pd
 
     from reliacal.io import LABEL_KEYS
 
     names = [str(name) for name in classes]
+    if columns is not None and len(columns) == len(names):
+        names = [str(name) for name in columns]
     # The reader takes the first column named like a label column as the labels.
     if set(names) & set(LABEL_KEYS) or len(set(names)) != len(names):
         raise ValueError(

@@ -89,8 +89,8 @@ def make_tiny_vit(
     """Build a small timm Vision Transformer with random weights.
 
     The default (16x16 single-channel input, 4x4 patches, width 64, 4 blocks
-    of 4 heads) has about 140k parameters and trains on the digits in a
-    minute on two CPU cores. Nothing is downloaded (``pretrained=False``).
+    of 4 heads) has about 140k parameters, small enough to train on the
+    digits on a CPU. Nothing is downloaded (``pretrained=False``).
 
     Parameters
     ----------

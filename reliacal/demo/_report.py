@@ -52,7 +52,8 @@ class ReportWriter:
                 [
                     (
                         "One panel per method: accuracy per confidence bin with its 95% "
-                        "Wilson interval, gap to the diagonal in red, samples per bin below.",
+                        "Wilson interval, the gap between bar top and diagonal hatched in red, "
+                        "samples per bin below.",
                         diagrams,
                     ),
                 ],
@@ -131,10 +132,11 @@ class ReportWriter:
         body = ["<h1>reliacal demo: calibrating a tiny ViT on the digits</h1>", "<ul>"]
         body += [f"<li>{_inline_html(line)}</li>" for line in setup]
         body += ["</ul>", "<h2>Metrics (test split)</h2>"]
-        body += [table.to_html(float_format=lambda value: f"{value:.4f}", border=0)]
+        body += [_html_table(table, "metrics", float_format=lambda value: f"{value:.4f}")]
         body += [f"<p>{html.escape(_COLUMN_NOTE)}</p>"]
         if significance is not None:
-            body += [f"<h2>{html.escape(_SIGNIFICANCE_TITLE)}</h2>", significance.to_html(border=0)]
+            body += [f"<h2>{html.escape(_SIGNIFICANCE_TITLE)}</h2>"]
+            body += [_html_table(significance, "significance")]
             body += [f"<p>{html.escape(_SIGNIFICANCE_NOTE)}</p>"]
         for title, figures in self.sections:
             body.append(f"<h2>{html.escape(title)}</h2>")
@@ -156,8 +158,8 @@ class ReportWriter:
 _COLUMN_NOTE = (
     "ece: top-label ECE with 15 equal-width bins; adaptive_ece: 15 equal-mass bins; "
     "classwise_ece: mean over classes; smooth_ece: kernel-smoothed ECE; nll: negative "
-    "log-likelihood; brier: multiclass Brier score (range 0..2); overconfidence: mean "
-    "confidence minus accuracy; seconds: time to fit and predict."
+    "log-likelihood; brier: multiclass Brier score (range 0..2); signed_ece: mean "
+    "confidence minus accuracy (positive: over-confident); seconds: time to fit and predict."
 )
 
 _SIGNIFICANCE_TITLE = "Is the gain significant? (test split, paired bootstrap)"
@@ -171,8 +173,15 @@ _HTML_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>reliacal demo</title>
 <style>
 body {{ font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; }}
-table {{ border-collapse: collapse; }}
-th, td {{ padding: 0.3em 0.8em; text-align: right; border-bottom: 1px solid #ddd; }}
+.table {{ overflow-x: auto; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+th, td {{ padding: 0.3em 0.6em; text-align: right; border-bottom: 1px solid #ddd; }}
+th {{ vertical-align: bottom; }}
+td {{ white-space: nowrap; }}
+th:first-child, td:first-child {{ text-align: left; }}
+td:first-child {{ font-weight: 600; }}
+table.metrics th:last-child, table.metrics td:last-child {{ text-align: left; }}
+table.metrics td:last-child {{ white-space: normal; min-width: 12em; }}
 img {{ max-width: 100%; }}
 figcaption {{ color: #555; font-size: 0.9em; }}
 </style></head>
@@ -196,6 +205,15 @@ def slug(text: str) -> str:
 def _inline_html(text: str) -> str:
     escaped = html.escape(text)
     return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
+
+
+def _html_table(frame, css_class: str, float_format=None) -> str:
+    """``frame`` as an HTML table with one header row (the index's name heads its column),
+    in a box that scrolls sideways when the table is wider than the page."""
+    table = frame.reset_index().to_html(
+        index=False, border=0, classes=css_class, float_format=float_format
+    )
+    return f"<div class='table'>{table}</div>"
 
 
 def _markdown_table(frame) -> str:

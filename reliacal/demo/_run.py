@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reliacal.calibrators import AdaptiveTS, MatrixScaling, TemperatureScaling, VectorScaling
-from reliacal.calibrators.scaling import tuned_scaling
+from reliacal.calibrators import calibration_methods, make_calibrator, tuned_scaling
 from reliacal.demo._report import ReportWriter, slug
 from reliacal.metrics import calibration_report, compare, softmax
 
@@ -41,7 +40,7 @@ REPORT_COLUMNS = (
     "smooth_ece",
     "nll",
     "brier",
-    "overconfidence",
+    "signed_ece",
 )
 
 
@@ -206,8 +205,8 @@ def post_hoc(
             temperatures = np.asarray(estimator.temperature(X_test))
             output.figures["Temperature per test sample"] = _temperature_histogram(temperatures)
             output.details = (
-                f"T from {temperatures.min():.3g} to {temperatures.max():.3g}, "
-                f"median {np.median(temperatures):.3g}"
+                f"T from {temperatures.min():.4g} to {temperatures.max():.4g}, "
+                f"median {np.median(temperatures):.4g}"
             )
         return output
 
@@ -215,14 +214,39 @@ def post_hoc(
 
 
 def _temperature_histogram(temperatures: np.ndarray):
+    """Histogram of the per-sample temperatures, on an axis that spans them.
+
+    The axis fits the temperatures, not ``T = 1``: a spread of a few thousandths next to
+    ``T = 1`` would be one bar at the axis' edge. ``T = 1`` (the logits unchanged) is drawn
+    when it lies on the axis, and the title says where it is when it does not. When every
+    sample has the same temperature, the title gives it.
+    """
     import matplotlib.pyplot as plt
 
     figure, ax = plt.subplots(figsize=(5.0, 3.2), layout="constrained")
-    ax.hist(temperatures, bins=30, color="C0", edgecolor="white")
-    ax.axvline(1.0, color="0.4", ls="--", lw=1, label="T = 1 (unchanged logits)")
+    low, high = float(np.min(temperatures)), float(np.max(temperatures))
+    notes = []
+    # Equal up to rounding: one temperature computed per sample in float32 differs in the
+    # last digits.
+    if high - low <= 1e-6 * max(abs(high), 1.0):
+        width = 0.01 * max(abs(high), 1.0)
+        ax.bar([low], [len(temperatures)], width=width, color="C0", edgecolor="white")
+        ax.set_xlim(low - 5.0 * width, low + 5.0 * width)
+        notes.append(f"all {len(temperatures)} test samples: T = {low:.4g}")
+    else:
+        ax.hist(temperatures, bins=30, range=(low, high), color="C0", edgecolor="white")
+        margin = 0.05 * (high - low)
+        ax.set_xlim(low - margin, high + margin)
+    shown_low, shown_high = ax.get_xlim()
+    if shown_low <= 1.0 <= shown_high:
+        ax.axvline(1.0, color="0.4", ls="--", lw=1, label="T = 1 (unchanged logits)")
+        ax.legend(fontsize="small")
+    else:
+        side = "left" if shown_low > 1.0 else "right"
+        notes.append(f"T = 1 (unchanged logits) lies off the axis, to the {side}")
+    ax.set_title("\n".join(notes), fontsize="medium")
     ax.set_xlabel("temperature T(x)")
     ax.set_ylabel("test samples")
-    ax.legend(fontsize="small")
     return figure
 
 
@@ -230,16 +254,26 @@ def _uncalibrated(context: DemoContext) -> np.ndarray:
     return softmax(context.test_logits)
 
 
-def _tuned(estimator: Any) -> Callable[[DemoContext], Any]:
-    """The estimator with its regularisation chosen by cross-validated NLL.
+def _table_method(name: str) -> DemoMethod:
+    """The demo row of method ``name`` of the table of methods, fitted post hoc.
 
-    A quick run takes the middle of the grid instead of searching it.
+    Seeded with the demo's seed; fed the pooled features beside the logits
+    when the method reads them; its regularisation chosen by cross-validated
+    NLL when the table says so (a quick run takes the middle of the grid
+    instead of searching it).
     """
+    method = calibration_methods()[name]
 
     def make(context: DemoContext) -> Any:
-        return tuned_scaling(estimator, quick=context.quick)
+        parameters = {}
+        if method.seeded:
+            parameters["random_state"] = context.random_state
+        if method.reads_features:
+            parameters["n_logits"] = context.calibration_logits.shape[1]
+        estimator = make_calibrator(name, **parameters)
+        return tuned_scaling(estimator, quick=context.quick) if method.tuned else estimator
 
-    return make
+    return DemoMethod(method.demo, post_hoc(make, features=method.reads_features))
 
 
 def _fine_tuned(
@@ -306,16 +340,11 @@ def _director(context: DemoContext) -> Any:
     )
 
 
-# The demo's rows. Adding a method is one line here.
+# The demo's rows: the post-hoc methods of the table of methods that name a demo row, then
+# the methods that train the network. Adding a post-hoc method is a row of the table.
 METHODS: list[DemoMethod] = [
     DemoMethod("Uncalibrated", _uncalibrated),
-    DemoMethod("TemperatureScaling", post_hoc(lambda context: TemperatureScaling())),
-    DemoMethod("VectorScaling", post_hoc(_tuned(VectorScaling()))),
-    DemoMethod("MatrixScaling (ODIR)", post_hoc(_tuned(MatrixScaling()))),
-    DemoMethod(
-        "AdaptiveTS",
-        post_hoc(lambda c: AdaptiveTS(n_logits=10, random_state=c.random_state), features=True),
-    ),
+    *(_table_method(name) for name, method in calibration_methods().items() if method.demo),
     DemoMethod("CalAttn", _fine_tuned(_calattn, _without_post_hoc)),
     DemoMethod("CalAttn + TS", _fine_tuned(_calattn)),
     DemoMethod("DIRECTOR (10 paths)", _fine_tuned(_director)),

@@ -6,6 +6,13 @@ calibrated probabilities; :func:`attach` puts a classifier in front of it,
 so that one module goes from raw inputs to calibrated probabilities. Both
 trace with ``torch.jit.trace`` and export with ``torch.onnx.export``.
 
+Each calibrator describes its own map (its ``_torch_map`` method, built
+from the blocks here: :class:`TemperatureMap`, :class:`LinearLogitMap`,
+:class:`EnsembleTemperatureMap`, :class:`OneVsRestMap`,
+:class:`TopLabelBinningMap`, :class:`IdentityMap`); this package adds only
+what every calibrator shares, the input handling of
+:class:`CalibratorModule`.
+
 Examples
 --------
 >>> import numpy as np, torch
@@ -27,13 +34,12 @@ True
 
 from __future__ import annotations
 
-import copy
+from typing import Any
 
 import torch
 from torch import nn
 
 from reliacal.export._modules import (
-    AdaptiveTemperatureMap,
     CalibratorModule,
     EnsembleTemperatureMap,
     IdentityMap,
@@ -41,93 +47,39 @@ from reliacal.export._modules import (
     OneVsRestMap,
     TemperatureMap,
     TopLabelBinningMap,
-    _isotonic_breakpoints,
+    one_vs_rest_log_odds,
 )
 
-__all__ = ["AttachedCalibrator", "attach", "calibrator_module"]
+__all__ = [
+    "AttachedCalibrator",
+    "CalibratorModule",
+    "EnsembleTemperatureMap",
+    "IdentityMap",
+    "LinearLogitMap",
+    "OneVsRestMap",
+    "TemperatureMap",
+    "TopLabelBinningMap",
+    "attach",
+    "calibrator_module",
+    "one_vs_rest_log_odds",
+]
 
 
-def _check_fitted(calibrator) -> None:
-    from sklearn.utils.validation import check_is_fitted
-
-    check_is_fitted(calibrator, "classes_")
-
-
-def _one_vs_rest_core(calibrator, n_classes: int) -> nn.Module:
-    name = type(calibrator).__name__
-    if name == "PlattScaling":
-        return OneVsRestMap(
-            "platt", n_classes, coef=calibrator.coef_, intercept=calibrator.intercept_
-        )
-    if name == "BetaCalibration":
-        return OneVsRestMap(
-            "beta", n_classes, coef=calibrator.coef_, intercept=calibrator.intercept_
-        )
-    if name == "IsotonicCalibration":
-        knots = [_isotonic_breakpoints(x, y) for x, y in zip(calibrator.knots_, calibrator.values_)]
-        return OneVsRestMap("isotonic", n_classes, knots=knots)
-    if calibrator.mode == "top-label":  # HistogramBinning
-        return TopLabelBinningMap(calibrator.edges_[0], calibrator.values_[0])
-    return OneVsRestMap(
-        "binning", n_classes, knots=list(zip(calibrator.edges_, calibrator.values_))
-    )
-
-
-def _core(calibrator) -> nn.Module:
-    """The map of float64 logits to probabilities of a fitted calibrator."""
-    name = type(calibrator).__name__
-    n_classes = len(calibrator.classes_)
-    if name == "_Identity":
-        return IdentityMap()
-    if name == "TemperatureScaling":
-        return TemperatureMap(calibrator.temperature_)
-    if name in ("VectorScaling", "MatrixScaling"):
-        return LinearLogitMap(calibrator.coef_, calibrator.intercept_)
-    if name == "EnsembleTemperatureScaling":
-        return EnsembleTemperatureMap(calibrator.temperature_, calibrator.weights_)
-    if name in ("PlattScaling", "BetaCalibration", "IsotonicCalibration", "HistogramBinning"):
-        return _one_vs_rest_core(calibrator, n_classes)
-    if name == "AdaptiveTS":
-        return _adaptive_module(calibrator, probabilities=False)
-    if name == "AutoCalibrator":
-        return _core(calibrator.best_estimator_)
-    raise ValueError(
-        f"{name} has no torch module: to_torch() covers reliacal's post-hoc calibrators"
-    )
-
-
-def _adaptive_module(calibrator, *, probabilities: bool) -> AdaptiveTemperatureMap:
-    if calibrator.n_draws != 1:
-        raise ValueError(
-            f"AdaptiveTS(n_draws={calibrator.n_draws}) averages random draws of the latent "
-            "code at predict time, which a deterministic exported graph cannot reproduce; "
-            "set n_draws=1 (the posterior mean) before to_torch()"
-        )
-    if calibrator.backbone is not None:
-        raise ValueError(
-            "AdaptiveTS fitted with a backbone reads the backbone's pooled features, which "
-            "to_torch() cannot reach; fit it on the features and logits (n_logits=K) instead"
-        )
-    networks = [copy.deepcopy(member.network).cpu().eval() for member in calibrator.members_]
-    return AdaptiveTemperatureMap(
-        networks,
-        calibrator.feature_mean_,
-        calibrator.feature_scale_,
-        n_logits=len(calibrator.classes_),
-        has_features=calibrator.n_logits is not None,
-        probabilities=probabilities,
-    )
-
-
-def calibrator_module(calibrator) -> nn.Module:
+def calibrator_module(calibrator) -> CalibratorModule:
     """A fitted calibrator as an ``nn.Module`` (what ``calibrator.to_torch()`` returns).
 
     The module maps the calibrator's ``X`` (logits ``(n, K)``, or
     probabilities when it was fitted with ``input="probs"``; AdaptiveTS with
     ``n_logits`` takes its features followed by the logits) to calibrated
     probabilities, float64 ``(n, K)``, equal to ``predict_proba`` to float64
-    rounding. 1-D binary scores are not taken: pass both columns. The module
-    is in eval mode and holds copies of the fitted parameters as buffers.
+    rounding. 1-D binary scores are not taken: pass both columns. Inputs
+    that ``predict_proba`` refuses are refused too (another number of
+    columns), or give NaN rows (a row holding NaN or an infinity). The
+    module is in eval mode and holds copies of the fitted parameters as
+    buffers.
+
+    The map is the calibrator's own (its ``_torch_map()``); the rule for the
+    logs of probabilities is its ``_float64_probability_logs`` attribute.
 
     Parameters
     ----------
@@ -135,29 +87,38 @@ def calibrator_module(calibrator) -> nn.Module:
         TemperatureScaling, VectorScaling, MatrixScaling (Dirichlet with
         ``input="probs"``), EnsembleTemperatureScaling, AdaptiveTS
         (``n_draws=1``), PlattScaling, BetaCalibration, IsotonicCalibration,
-        HistogramBinning or AutoCalibrator.
+        HistogramBinning, AutoCalibrator, or any estimator with a
+        ``_torch_map`` method.
 
     Returns
     -------
-    torch.nn.Module
+    CalibratorModule
 
     Raises
     ------
     ValueError
-        For another estimator, or an AdaptiveTS that samples (``n_draws >
-        1``) or reads a backbone's features.
+        For an estimator without a torch map, or an AdaptiveTS that samples
+        (``n_draws > 1``) or reads a backbone's features.
     """
-    _check_fitted(calibrator)
-    probabilities = calibrator.input == "probs"
-    if type(calibrator).__name__ == "AdaptiveTS":
-        return _adaptive_module(calibrator, probabilities=probabilities).eval()
-    # The classic calibrators take float64 logs of probabilities, the others logs in the
-    # input's precision (BaseCalibrator._probabilities_to_logits and its override).
-    from reliacal.calibrators._classic import ClassicCalibrator
+    from sklearn.utils.validation import check_is_fitted
 
-    float64_logs = isinstance(calibrator, ClassicCalibrator)
+    check_is_fitted(calibrator, "classes_")
+    torch_map = getattr(calibrator, "_torch_map", None)
+    if torch_map is None:
+        raise ValueError(
+            f"{type(calibrator).__name__} has no torch module: to_torch() covers estimators "
+            "that describe their map (_torch_map), as reliacal's post-hoc calibrators do"
+        )
+    n_classes = len(calibrator.classes_)
+    # Columns of X beyond the logits (before them) are features: AdaptiveTS with n_logits.
+    # A calibrator fitted on 1-D binary scores (n_features_in_ = 1) takes both columns.
+    n_columns = max(int(getattr(calibrator, "n_features_in_", n_classes)), n_classes)
     module = CalibratorModule(
-        _core(calibrator), probabilities=probabilities, float64_logs=float64_logs
+        torch_map(),
+        n_classes=n_classes,
+        n_features=n_columns - n_classes,
+        probabilities=getattr(calibrator, "input", "logits") == "probs",
+        float64_logs=bool(getattr(calibrator, "_float64_probability_logs", False)),
     )
     return module.eval()
 
@@ -179,20 +140,61 @@ def _logits_of(outputs):
     )
 
 
-class AttachedCalibrator(nn.Module):
-    """``calibrator(model(x))``: raw inputs to calibrated probabilities (see :func:`attach`)."""
+def _adapter_for(model: nn.Module, calibrator: Any) -> nn.Module | None:
+    """The backbone adapter that reads ``model``'s logits as the calibrator saw them, if any.
 
-    def __init__(self, model: nn.Module, calibrator: nn.Module):
+    The calibrator's own fitted adapter when it wraps ``model``; else the
+    adapter of a family the adapters know (timm, Hugging Face: a text model's
+    attention mask comes from its pad token there, not from ``model(ids)``);
+    None for a plain module, whose output is its logits.
+    """
+    from reliacal.backbones import BackboneAdapter, as_backbone
+
+    fitted = getattr(calibrator, "backbone_", None)
+    if isinstance(fitted, BackboneAdapter) and fitted.model is model:
+        return fitted
+    if isinstance(model, BackboneAdapter):
+        return model
+    try:
+        return as_backbone(model)
+    except ValueError:  # a plain module, or a transformers model the adapters do not know
+        return None
+
+
+class AttachedCalibrator(nn.Module):
+    """``calibrator(logits(model, x))``: raw inputs to calibrated probabilities (see :func:`attach`).
+
+    The logits are what ``adapter`` reads when one is given (the model's
+    backbone adapter), else the model's output.
+    """
+
+    def __init__(self, model: nn.Module, calibrator: nn.Module, adapter: nn.Module | None = None):
         super().__init__()
         self.model = model
         self.calibrator = calibrator
+        # The adapter wraps `model` itself: kept out of the registered submodules, so that
+        # the state dict holds the model's tensors once.
+        object.__setattr__(self, "adapter", adapter)
+
+    def train(self, mode: bool = True) -> AttachedCalibrator:
+        super().train(mode)
+        if self.adapter is not None:
+            self.adapter.train(mode)
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.adapter is not None:
+            return self.calibrator(self.adapter(x).logits)
         return self.calibrator(_logits_of(self.model(x)))
 
 
 def attach(model: nn.Module, calibrator) -> AttachedCalibrator:
     """One module from the classifier's raw inputs to calibrated probabilities.
+
+    The model's logits are read as the calibrator read them: through its
+    fitted backbone adapter (``backbone=``), or the adapter of the model's
+    family (timm, Hugging Face: a text model's padding is masked as the
+    adapter masks it), else as the model's output.
 
     Parameters
     ----------
@@ -213,17 +215,18 @@ def attach(model: nn.Module, calibrator) -> AttachedCalibrator:
     ------
     ValueError
         When ``model`` is not an ``nn.Module``, or the calibrator has no
-        torch module (an AdaptiveTS that reads features besides the logits
-        cannot sit behind a model that gives only the logits).
+        torch module, or reads feature columns besides the logits (which a
+        model that gives only the logits cannot feed).
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(calibrator, nn.Module):
-        if getattr(calibrator, "n_logits", None) is not None:
-            raise ValueError(
-                "this AdaptiveTS reads features besides the logits (n_logits is set): attach "
-                "feeds it only the model's logits; export calibrator.to_torch() and give it "
-                "the features and logits side by side"
-            )
-        calibrator = calibrator_module(calibrator)
-    return AttachedCalibrator(model, calibrator).eval()
+    module = calibrator if isinstance(calibrator, nn.Module) else calibrator_module(calibrator)
+    n_features = getattr(module, "n_features", 0)
+    if n_features:
+        raise ValueError(
+            f"this calibrator reads {n_features} feature columns besides the logits (X holds "
+            "features and logits side by side): attach feeds it only the model's logits; "
+            "export calibrator.to_torch() and give it the features and logits together"
+        )
+    adapter = _adapter_for(model, None if isinstance(calibrator, nn.Module) else calibrator)
+    return AttachedCalibrator(model, module, adapter).eval()

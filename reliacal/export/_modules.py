@@ -1,14 +1,15 @@
-"""The fitted post-hoc calibrators as ``torch.nn.Module``s, one small module per map.
+"""The building blocks of exported calibrators: maps of float64 logits to probabilities.
 
-Every module computes in float64, as the calibrators do in numpy, so that
-its outputs equal ``predict_proba`` to float64 rounding; it takes logits of
-shape ``(n, K)`` (or probabilities, see :class:`CalibratorModule`) and
-returns calibrated probabilities ``(n, K)``. Only operations that
+A calibrator's ``_torch_map`` composes these (or a map of its own) and
+:class:`CalibratorModule` adds the input handling. Every map computes in
+float64, as the calibrators do in numpy, so that its outputs equal
+``predict_proba`` to float64 rounding; it takes logits of shape ``(n, K)``
+and returns calibrated probabilities ``(n, K)``. Only operations that
 TorchScript and the ONNX exporter both know are used: the lookups of the
 binning and isotonic maps count the knots at or below each score (a
 comparison and a sum) instead of ``torch.bucketize``, which ONNX lacks.
-``torch.jit.script`` compiles every module but AdaptiveTS's (whose network
-has optional buffers); ``torch.jit.trace`` takes them all.
+``torch.jit.script`` compiles every map here; ``torch.jit.trace`` takes
+them all.
 
 The one-vs-rest log-odds are computed by torch's ``exp``, ``log`` and sums,
 which may differ from numpy's in the last bit: a score that lies on a
@@ -25,7 +26,6 @@ import torch
 from torch import nn
 
 __all__ = [
-    "AdaptiveTemperatureMap",
     "CalibratorModule",
     "EnsembleTemperatureMap",
     "IdentityMap",
@@ -33,6 +33,7 @@ __all__ = [
     "OneVsRestMap",
     "TemperatureMap",
     "TopLabelBinningMap",
+    "one_vs_rest_log_odds",
 ]
 
 
@@ -48,8 +49,14 @@ def _top_mask(logits: torch.Tensor) -> torch.Tensor:
 
 
 def one_vs_rest_log_odds(logits: torch.Tensor) -> torch.Tensor:
-    """``log p_k - log(1 - p_k)`` of ``softmax(logits)``, as ``_classic.one_vs_rest_log_odds``.
+    """``log p_k - log(1 - p_k)`` of ``softmax(logits)``, as the one-vs-rest calibrators read them.
 
+    The same computation as the numpy calibrators' (without forming ``1 -
+    p_k``, which rounds to 0 for a confident class), clipped to
+    ``+-log(1 / tiny)`` of float64.
+
+    Examples
+    --------
     >>> import torch
     >>> one_vs_rest_log_odds(torch.tensor([[0.0, 2.0], [1.0, 1.0]], dtype=torch.float64))
     tensor([[-2.,  2.],
@@ -73,23 +80,60 @@ def _log1p_exp(values: torch.Tensor) -> torch.Tensor:
 
 
 def _log_probabilities(x: torch.Tensor, float64_logs: bool) -> torch.Tensor:
-    """``log(max(p, tiny))`` in float32 for float32 input, else in float64 (numpy's rule).
+    """``log(max(p, tiny))`` in the input's precision (float32 or float64), as numpy's rule.
 
     The calibrators validate X as float32 or float64, so any other dtype
     becomes float64 before the log; ``float64_logs`` forces float64.
     """
-    if x.dtype == torch.float32 and not float64_logs:
-        return torch.log(torch.clamp(x, min=1.1754943508222875e-38))  # float32 tiny
-    return torch.log(torch.clamp(x.to(torch.float64), min=2.2250738585072014e-308))
+    # The smallest normal float64 and float32 are literals: TorchScript reads no globals.
+    if float64_logs or (x.dtype != torch.float32 and x.dtype != torch.float64):
+        return torch.log(torch.clamp(x.to(torch.float64), min=2.2250738585072014e-308))
+    # tiny of x's own dtype, chosen by the data rather than by a dtype branch, which a trace
+    # would freeze at the example's dtype: float64's tiny is 0 once rounded to float32.
+    probe = torch.zeros_like(x[:1, :1]) + 2.2250738585072014e-308
+    tiny = torch.where(probe > 0, probe, probe + 1.1754943508222875e-38)
+    return torch.log(torch.maximum(x, tiny))
+
+
+def _checked_columns(x: torch.Tensor, n_columns: int) -> torch.Tensor:
+    """``x``, refused unless it is 2-D with ``n_columns`` columns (as ``predict_proba`` refuses).
+
+    The checks are Python, which a trace does not record; the reshape is a
+    no-op for the right shape and fails in a traced or exported graph for
+    any other column count.
+    """
+    if not torch.jit.is_tracing():
+        if x.dim() != 2:
+            raise ValueError(
+                "the module takes a 2-D (n, "
+                + str(n_columns)
+                + ") tensor, as the calibrator's X; got shape "
+                + str(list(x.shape))
+                + " (for binary scores pass both columns)"
+            )
+        if x.shape[1] != n_columns:
+            raise ValueError(
+                "the module got "
+                + str(x.shape[1])
+                + " columns, but the calibrator was fitted on "
+                + str(n_columns)
+            )
+    return x.reshape(x.shape[0], n_columns)
 
 
 class CalibratorModule(nn.Module):
-    """Input handling around a map of float64 logits to probabilities.
+    """A calibrator's input handling around its map of float64 logits to probabilities.
 
-    ``input="logits"``: the input is cast to float64. ``input="probs"``: the
-    probabilities become ``log(max(p, tiny))`` first, in the input's own
-    precision unless ``float64_logs`` (the classic calibrators take float64
-    logs), as the calibrator does at ``predict_proba``.
+    The input is the calibrator's ``X``, ``(n, n_features + n_classes)``: a
+    wrong number of columns or a 1-D tensor is refused (a ``ValueError``,
+    as ``predict_proba`` refuses them; a traced or exported graph fails
+    with a ``RuntimeError``), and a row holding NaN or an infinity gives
+    NaN probabilities (``predict_proba`` refuses such rows). The logit
+    block is cast to float64; with ``probabilities`` (``input="probs"``)
+    it becomes ``log(max(p, tiny))`` first, in the input's own precision
+    unless ``float64_logs``, as the calibrator does at ``predict_proba``.
+    ``n_features`` leading feature columns (AdaptiveTS with ``n_logits``)
+    pass to the map in float64, in front of the logits.
 
     Examples
     --------
@@ -108,20 +152,44 @@ class CalibratorModule(nn.Module):
     (torch.float64, True)
     """
 
-    def __init__(self, core: nn.Module, *, probabilities: bool, float64_logs: bool = False):
+    def __init__(
+        self,
+        core: nn.Module,
+        *,
+        n_classes: int,
+        n_features: int = 0,
+        probabilities: bool = False,
+        float64_logs: bool = False,
+    ):
         super().__init__()
         self.core = core
+        self.n_classes = int(n_classes)
+        self.n_features = int(n_features)
         self.probabilities = probabilities
         self.float64_logs = float64_logs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _checked_columns(x, self.n_features + self.n_classes)
+        invalid = ~torch.isfinite(x).all(dim=1, keepdim=True)
+        logits = x[:, self.n_features :]
         if self.probabilities:
-            x = _log_probabilities(x, self.float64_logs)
-        return self.core(x.to(torch.float64))
+            logits = _log_probabilities(logits, self.float64_logs)
+        inputs = logits.to(torch.float64)
+        if self.n_features > 0:
+            inputs = torch.cat([x[:, : self.n_features].to(torch.float64), inputs], dim=1)
+        out = self.core(inputs)
+        return torch.where(invalid, torch.full_like(out, float("nan")), out)
 
 
 class IdentityMap(nn.Module):
-    """``softmax(z)``: the uncalibrated model (AutoCalibrator's ``"identity"``)."""
+    """``softmax(z)``: the uncalibrated model (AutoCalibrator's ``"identity"``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> IdentityMap()(torch.tensor([[0.0, 0.0]], dtype=torch.float64))
+    tensor([[0.5000, 0.5000]], dtype=torch.float64)
+    """
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.softmax(logits, dim=1)
@@ -203,8 +271,37 @@ class OneVsRestMap(nn.Module):
     interpolation between knots, constant beyond them) or ``"binning"``
     (the value of the bin: the number of edges at or below the score). With
     two classes one map on the positive class's log-odds gives ``[1 - m,
-    m]``.
+    m]``; a row whose maps all give 0 becomes uniform. Build one with
+    :meth:`platt`, :meth:`beta`, :meth:`isotonic` or :meth:`binning`.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> binary = OneVsRestMap.platt(2, coef=np.array([1.0]), intercept=np.array([0.0]))
+    >>> binary(torch.tensor([[0.0, 0.0]], dtype=torch.float64))
+    tensor([[0.5000, 0.5000]], dtype=torch.float64)
     """
+
+    @classmethod
+    def platt(cls, n_classes: int, coef, intercept) -> OneVsRestMap:
+        """``sigmoid(coef_m s + intercept_m)`` per map (``coef``, ``intercept``: ``(m,)``)."""
+        return cls("platt", n_classes, coef=coef, intercept=intercept)
+
+    @classmethod
+    def beta(cls, n_classes: int, coef, intercept) -> OneVsRestMap:
+        """Beta calibration per map (``coef``: ``(m, 2)``, ``intercept``: ``(m,)``)."""
+        return cls("beta", n_classes, coef=coef, intercept=intercept)
+
+    @classmethod
+    def isotonic(cls, n_classes: int, knots, values) -> OneVsRestMap:
+        """``np.interp(s, knots_m, values_m)`` per map (lists of 1-D arrays)."""
+        pairs = [_isotonic_breakpoints(x, y) for x, y in zip(knots, values)]
+        return cls("isotonic", n_classes, knots=pairs)
+
+    @classmethod
+    def binning(cls, n_classes: int, edges, values) -> OneVsRestMap:
+        """``values_m[number of edges_m at or below s]`` per map (``len(values_m) = len(edges_m) + 1``)."""
+        return cls("binning", n_classes, knots=list(zip(edges, values)))
 
     def __init__(self, kind: str, n_classes: int, *, coef=None, intercept=None, knots=None):
         super().__init__()
@@ -299,50 +396,3 @@ class TopLabelBinningMap(nn.Module):
         totals = torch.where(empty, torch.full_like(totals, logits.shape[1] - 1), totals)
         rest = others / totals * (1.0 - confidence)[:, None]
         return rest * (1.0 - mask) + mask * confidence[:, None]
-
-
-class AdaptiveTemperatureMap(nn.Module):
-    """AdaptiveTS with ``n_draws=1``: ``softmax(z / T(x))``, ``T`` the members' geometric mean.
-
-    The input is the calibrator's ``X``: the logits (or probabilities), or
-    with ``n_logits`` the features followed by them. Features are
-    standardised in float64 and read by the float32 networks; the
-    temperature divides the float64 logits, as in ``AdaptiveTS.predict_proba``.
-    """
-
-    def __init__(
-        self,
-        networks,
-        feature_mean,
-        feature_scale,
-        *,
-        n_logits: int,
-        has_features: bool,
-        probabilities: bool,
-    ):
-        super().__init__()
-        self.networks = nn.ModuleList(networks)
-        self.register_buffer("feature_mean", _constant(feature_mean))
-        self.register_buffer("feature_scale", _constant(feature_scale))
-        self.n_logits = int(n_logits)
-        self.has_features = has_features
-        self.probabilities = probabilities
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        split = x.shape[1] - self.n_logits
-        logits = x[:, split:]
-        if self.probabilities:  # only the logit block holds probabilities
-            logits = _log_probabilities(logits, False)
-        features = x[:, :split] if self.has_features else logits
-        standardised = (features.to(torch.float64) - self.feature_mean) / self.feature_scale
-        standardised = standardised.to(torch.float32)
-        logits = logits.to(torch.float64)
-        temperatures = [
-            network.temperature_of(network.posterior(standardised)[0], logits).to(torch.float64)
-            for network in self.networks
-        ]
-        if len(temperatures) == 1:
-            temperature = temperatures[0]
-        else:
-            temperature = torch.exp(torch.log(torch.stack(temperatures)).mean(dim=0))
-        return torch.softmax(logits / temperature[:, None], dim=1)

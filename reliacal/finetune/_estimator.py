@@ -34,8 +34,7 @@ from reliacal._data import (
 from reliacal._device import resolve_device, to_device
 from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
 from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
-from reliacal.calibrators import ClassLabelMixin
-from reliacal.persistence import SaveMixin
+from reliacal.calibrators import BackboneSaveMixin, ClassLabelMixin
 from reliacal.training import (
     THREADS_CONSTRAINT,
     TRAINING_CONSTRAINTS,
@@ -64,7 +63,7 @@ BatchForward = Callable[[nn.Module, Any], tuple[torch.Tensor, ...]]
 
 
 class FinetuneEstimator(
-    SaveMixin, NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator
+    BackboneSaveMixin, NetworkEstimatorMixin, ClassLabelMixin, ClassifierMixin, BaseEstimator
 ):
     """Base of the fine-tuning estimators (private).
 
@@ -100,6 +99,9 @@ class FinetuneEstimator(
         spell_out_init_signature(cls, FinetuneEstimator.__init__)
         cls.__doc__ = fill_doc(cls.__doc__, {"label_key": LABEL_KEY_DOC})
 
+    # A checkpoint folder of this machine: never saved, refused in a file (reliacal.load).
+    _machine_local_parameters = ("checkpoint_dir",)
+
     _parameter_constraints: dict = {
         "backbone": "no_validation",
         **{name: TRAINING_CONSTRAINTS[name] for name in _TRAINING_PARAMETERS},
@@ -109,6 +111,15 @@ class FinetuneEstimator(
         "label_key": [str],
         "n_threads": THREADS_CONSTRAINT,
     }
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_") and not isinstance(getattr(self, "network_", None), nn.Module):
+            from reliacal.persistence import loaded_state_error
+
+            raise loaded_state_error(
+                self, "network_", getattr(self, "network_", None), "the fitted network"
+            )
 
     def _fit_inputs(self, X: Any, y: Any) -> tuple[Dataset, np.ndarray | None]:
         """``as_dataset(X, y)`` for fit, refusing arrays with NaN or infinite values.

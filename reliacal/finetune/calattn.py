@@ -87,12 +87,8 @@ class CalAttnFinetuner(FinetuneEstimator):
     The head adds ``hidden * (D + 2) + 1`` parameters (``128 D + 257`` at the
     default width; 98,561 for ViT-B, D = 768), ``n_extra_parameters_``.
 
-    What to expect on a pre-trained text backbone (MiniLM on WordNet glosses,
-    ``benchmarks/results/text_wordnet.md``, "Issue 15's goals"): at the same
-    short budget, a far lower ECE and NLL and a higher accuracy than plain
-    fine-tuning; against plain fine-tuning given its own longer, tuned
-    schedule, the lower NLL and the accuracy remain in half the training
-    time, but the ECE, before and after temperature scaling, is a tie.
+    How it compares with plain fine-tuning, on a pre-trained MiniLM and on a
+    small ViT, is in ``benchmarks/README.md`` (the text and digits rows).
 
     Parameters
     ----------
@@ -109,15 +105,15 @@ class CalAttnFinetuner(FinetuneEstimator):
         reads the pooled features (``token_`` records the choice) and
         ``"concat"`` is an error.
     hidden : int, default=128
-        Width of the head's hidden layer.
+        Width of the head's hidden layer; 128 is the paper's.
     base_loss : {"ce", "label_smoothing", "brier", "focal", "flsd53", \
 "dual_focal", "mmce"} or callable, default="ce"
         Loss on the calibrated logits (see :func:`reliacal.finetune.losses.get_base_loss`);
         a callable maps ``(logits (B, K), target (B,))`` to a scalar tensor.
     lambda_brier : float, default=0.1
-        Weight of the added Brier term (0.1 in the paper; 0 removes it). On
-        the MiniLM tuning split of ``head_learning_rate`` below, 0 and 0.1
-        gave the same accuracy and ECE within that split's noise.
+        Weight of the added Brier term; 0 removes it. 0.1 is the paper's, and
+        tuning found no better
+        (``benchmarks/results/decisions.md#calattn-brier-weight``).
     label_smoothing : float, default=0.0
         Smoothing of ``"ce"`` / ``"label_smoothing"`` (the paper uses 0.1 on
         CIFAR-100); must be 0 for the other losses.
@@ -139,8 +135,8 @@ class CalAttnFinetuner(FinetuneEstimator):
         ``ln 2``, about 0.69, so logits start enlarged by about 1.44) and 1 for
         ``"global"``. Giving the control the head's start,
         ``initial_scale=math.log(2)``, separates what the per-sample head adds
-        from where it starts. On the MiniLM tuning split below, starting the
-        head at 1 was no better than ``None``.
+        from where it starts. ``None`` because starting the head at 1 was no
+        better (``benchmarks/results/decisions.md#calattn-initial-scale``).
     post_hoc : {None, "temperature"}, default=None
         Fit :class:`reliacal.calibrators.TemperatureScaling` on the held-out
         validation predictions after training (needs ``validation_fraction > 0``).
@@ -148,42 +144,30 @@ class CalAttnFinetuner(FinetuneEstimator):
         Peak learning rate of the scale head (the parameters outside the
         backbone), on the same warm-up and schedule; ``None``: the backbone's
         ``learning_rate``. The head starts from a random initialisation while
-        the backbone is pre-trained, so it may want a larger rate. For the
-        pre-trained MiniLM, ``benchmarks/tune_calattn_wordnet.py`` chose
-        ``10 * learning_rate`` on a tuning split that the reported benchmark
-        never uses
-        (``benchmarks/results/tune_calattn_wordnet.md``); what that recipe
-        changes on the test split is in ``benchmarks/results/text_wordnet.md``:
-        a lower ECE before temperature scaling and a lower NLL, a tie after
-        it. On the digits ViT
-        (``benchmarks/results/calattn_digits_head_lr_10x.md`` against
-        ``calattn_digits_10_seeds.md``, 10 seeds, four base losses) the
-        10-fold rate lowered the ECE before temperature scaling for CE and
-        CE + Brier, raised it for focal loss, and after it moved no loss
-        beyond the seed spread. So the default stays one rate; pass
-        ``10 * learning_rate`` for a pre-trained text backbone.
+        the backbone is pre-trained, so it may want a larger rate: pass
+        ``10 * learning_rate`` for a pre-trained text backbone. One rate by
+        default, since the larger one did not help on images
+        (``benchmarks/results/decisions.md#calattn-head-learning-rate``).
     selection_metric : {"nll", "ece", "accuracy", "loss"}, default="nll"
         The validation score that picks the kept epoch (lowest NLL, ECE or
-        loss, highest accuracy). Chosen on the same tuning split: the lowest
-        ECE mostly kept an earlier, less accurate epoch there, and on digits.
+        loss, highest accuracy). NLL, not the paper's ECE, because the lowest
+        ECE tends to keep an earlier, less accurate epoch
+        (``benchmarks/results/decisions.md#calattn-selection-metric``).
     max_epochs, batch_size, optimizer, learning_rate, weight_decay, warmup_epochs, \
 grad_clip_norm, validation_fraction, n_iter_no_change, \
 mixed_precision, checkpoint_dir, device, verbose
         Training settings, as in :class:`reliacal.training.TrainingConfig`
         (``optimizer`` is ``"adamw"``, ``"adam"`` or ``"sgd"``: SGD with
         Nesterov momentum 0.9). ``checkpoint_dir`` makes an interrupted
-        ``fit`` resume where it stopped. The defaults of ``optimizer``,
-        ``learning_rate``, ``max_epochs`` and ``warmup_epochs`` are the recipe
-        that ``benchmarks/tune_calattn_wordnet.py`` chose for a pre-trained
-        backbone on its MiniLM tuning split (4,000 WordNet glosses): AdamW
-        over SGD, 1e-4 over 3e-5 and 3e-4 and a 0.5-epoch warm-up over 0.1 on
-        one seed, and 2 epochs over 5 on two: 5 had the lower ECE before
-        temperature scaling on the first seed, the second reversed it, and 2
-        had the lower mean ECE and NLL
-        (``benchmarks/results/tune_calattn_wordnet.md``). ``weight_decay`` and
-        ``batch_size`` were not tuned. A small ViT fine-tuned on a few hundred
-        images wants a longer recipe (the demo and
-        ``benchmarks/calattn_digits.py`` pass 30 epochs, a 1-epoch warm-up).
+        ``fit`` resume where it stopped. The defaults are a short fine-tuning
+        of a pre-trained backbone: ``optimizer="adamw"`` at
+        ``learning_rate=1e-4``
+        (``benchmarks/results/decisions.md#calattn-optimiser-and-learning-rate``);
+        ``max_epochs=2`` with ``warmup_epochs=0.5``
+        (``benchmarks/results/decisions.md#calattn-epochs-and-warm-up``);
+        ``weight_decay`` and ``batch_size`` untuned. A small ViT fine-tuned on a few hundred
+        images wants a longer schedule (the demo passes 30 epochs, a 1-epoch
+        warm-up).
     random_state : int, RandomState or None, default=None
         Seeds the head's initialisation, the validation split, the shuffling
         and dropout; an int makes a CPU fit reproducible.
@@ -339,6 +323,17 @@ mixed_precision, checkpoint_dir, device, verbose
                 freeze_backbone=self.freeze_backbone,
                 initial_scale=self.initial_scale,
             )
+
+    def _network_config(self, network: Any) -> dict:
+        if not isinstance(network, CalAttnNetwork):
+            return super()._network_config(network)
+        return {}  # everything else comes from the parameters and the given backbone
+
+    def _rebuild_network(self, config: dict) -> CalAttnNetwork:
+        if config:
+            raise ValueError(f"the saved CalAttn network has an unknown configuration {config}")
+        # The estimator's own builder, around (a copy of) the backbone given to load.
+        return self._build_network(0)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> CalAttnFinetuner:

@@ -132,9 +132,8 @@ class DiffusionReconfigurer(FinetuneEstimator):
     blocks removed. ``anchor="none"`` is the paper's form, smaller than the
     teacher; it starts far from the teacher (with ``k = L`` at chance) and
     needs the authors' long schedule (hundreds of epochs with warm-up) to
-    recover: in 30 optimiser steps on 360 digit images it stayed at 9%
-    accuracy while its teacher had 96%, because the EMA of the weights (decay
-    0.995) is still almost the initial student after so few steps.
+    recover, all the more since the EMA of the weights moves slowly in a
+    short run (``benchmarks/results/decisions.md#director-anchor``).
 
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
@@ -167,68 +166,67 @@ class DiffusionReconfigurer(FinetuneEstimator):
         (anything :func:`reliacal.backbones.as_backbone` wraps with
         reconfiguration support). It is never modified: ``fit`` works on a copy.
     depth : int, default=1
-        DiT blocks in the shared transition network (1 for small teachers,
-        about 4 at ViT-B scale). On MiniLM (6 blocks, the last 2
-        reconfigured) a second block did not lower the NLL and ranked OOD
-        inputs worse by mutual information
-        (``benchmarks/results/tune_director_wordnet.md``, "transition").
+        DiT blocks in the shared transition network: 1, the authors' choice
+        for small teachers (about 4 at ViT-B scale); a second block did not
+        help a small text teacher
+        (``benchmarks/results/decisions.md#director-transition-depth``).
     reconfigure : "all" or int, default="all"
-        Replace all blocks, or only the last ``k`` (``1 <= k <= L``). On a
-        MiniLM tuning split (same file) the last 3 of 6 blocks gave a lower
-        NLL than the last 2 and the last 1 a higher one, while the mutual
-        information ranked OOD inputs best with 2. On the test split
-        (``benchmarks/results/text_wordnet.md``) 3 blocks lowered the NLL a
-        little but made 10-path prediction slower than 10-pass MC dropout:
-        each reconfigured block runs once for every path. The tuning rule
-        therefore admits no more blocks a path than 2, and keeps 2.
+        Replace all blocks (the paper's form), or only the last ``k``
+        (``1 <= k <= L``), which trains faster and predicts faster: each
+        reconfigured block runs once for every sampled path. For a deep
+        pre-trained teacher reconfigure a few blocks; the text benchmark
+        reconfigures 2 of MiniLM's 6
+        (``benchmarks/results/decisions.md#director-reconfigured-blocks``).
     anchor : {"teacher", "none"}, default="teacher"
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
         the parameter count is then the teacher's plus the shared step's.
         ``"none"``: the paper's student, which replaces the blocks.
-        Chosen on digits (a 4-block tiny ViT teacher at 96%: the anchored
-        student kept 96% after 5 epochs on 360 images, the unanchored one
-        returned 10%) and on MiniLM fine-tuned on 800 WordNet noun glosses
-        (``reconfigure=2``, 2 epochs: test accuracy 37.5% anchored, 22.0%
-        unanchored, teacher 35.2%).
+        ``"teacher"`` because the unanchored student lost most of its
+        teacher's accuracy in short fits
+        (``benchmarks/results/decisions.md#director-anchor``).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
-        Weights of mean matching, noise matching and cross-entropy (the
-        authors use (0.5, 0, 0.5) for ViT, (0.8, 0, 0.2) for text). On
-        MiniLM the text weights gave the same NLL as the defaults but ranked
-        OOD inputs worse by mutual information (same file), so the defaults
-        serve text too.
+        Weights of mean matching, noise matching and cross-entropy: the
+        authors' ViT weights, which served a text teacher as well as their
+        text weights (0.8, 0, 0.2) did
+        (``benchmarks/results/decisions.md#director-loss-weights``).
     noise_target : float, default=0.0
         ``sigma^q``, the noise level that noise matching pulls towards: 0 (the
         deterministic teacher's, squared error) or a prior level ``s > 0``
         (Gaussian KL, see above). It acts only with ``lambda_var > 0``, which
-        it then requires. For MiniLM fine-tuned on WordNet,
-        ``benchmarks/tune_director_wordnet.py`` chose ``noise_init=0.3,
-        noise_target=0.3, lambda_var=0.5`` on data the benchmark does not
-        report; ``benchmarks/results/text_wordnet.md`` shows what it changed
-        on the test data (chiefly how mutual information ranks OOD inputs).
-        The default stays 0: the setting was not tried on image backbones.
+        it then requires. 0 by default; ``noise_init=0.3, noise_target=0.3,
+        lambda_var=0.5`` is the prior tuned for a text teacher
+        (``benchmarks/results/decisions.md#director-noise-prior``).
     n_draws : int, default=10
         Sampled paths averaged per input by :meth:`predict_proba`,
         :meth:`decision_function`, :meth:`predict`, :meth:`uncertainty` (read
         at each call, so ``set_params(n_draws=1)`` on a fitted estimator gives
-        the single-path protocol) and in validation.
+        the single-path protocol) and in validation. 10, the paths the
+        authors average for OOD detection.
     ema_decay : float or None, default=0.995
-        Decay of the per-step EMA of the student's weights (None: no EMA).
+        Decay of the per-step EMA of the student's weights (None: no EMA);
+        0.995 is the authors'.
     noise_init : float, default=1e-2
-        The noise level ``sigma`` of every step at initialisation.
+        The noise level ``sigma`` of every step at initialisation: small, so
+        that the student starts close to its deterministic teacher.
     max_epochs : int, default=30
+        Passes over the training data.
     batch_size : int, default=64
+        Mini-batch size of training and prediction.
     learning_rate : float, default=1e-3
         Peak AdamW learning rate (warm-up, then cosine decay).
     weight_decay : float, default=5e-5
+        Decoupled weight decay.
     warmup_epochs : float, default=2.0
+        Linear warm-up of the learning rate. This schedule and the optimiser
+        settings above are the authors' optimiser with a shorter run
+        (``benchmarks/results/decisions.md#director-training-recipe``).
     validation_fraction : float, default=0.1
         Fraction of the training data held out for checkpoint selection.
     selection_metric : {"nll", "accuracy", "ece", "loss"}, default="nll"
-        The kept checkpoint is the best on validation by this score. The
-        authors keep the best validation accuracy; on a small validation split
-        accuracy ties often and keeps an early epoch, while the NLL of the
-        averaged probabilities separates epochs finely and rewards calibration.
+        The kept checkpoint is the best on validation by this score. NLL, not
+        the authors' accuracy, because accuracy ties often on a small
+        validation split (``benchmarks/results/decisions.md#director-selection-metric``).
     accuracy_margin : float, default=0.02
         At the end of ``fit`` the student's validation accuracy (of the kept
         checkpoint, ``n_draws`` paths) is compared with the teacher's on the
@@ -375,6 +373,29 @@ class DiffusionReconfigurer(FinetuneEstimator):
             (probs, _), labels = self._predictive_moments(X, labels=True)
             return probs, self._scored_labels(labels)
         return super()._predict_proba_with_labels(X, y)
+
+    # Saving ----------------------------------------------------------------------------------
+
+    def _network_config(self, network: Any) -> dict:
+        if not isinstance(network, DirectorStudent):
+            return super()._network_config(network)
+        # The transition network's depth and the anchor are the estimator's own parameters.
+        return {"n_reconfigured": int(network.n_reconfigured)}
+
+    def _rebuild_network(self, config: dict) -> DirectorStudent:
+        k = config.get("n_reconfigured") if set(config) == {"n_reconfigured"} else None
+        if type(k) is not int or k < 1:
+            raise ValueError(f"the saved DIRECTOR student has a malformed configuration {config}")
+        # A student around a frozen copy of the backbone given to load.
+        teacher = copy.deepcopy(as_backbone(self.backbone)).cpu().eval()
+        teacher.requires_grad_(False)
+        return build_student(
+            teacher,
+            n_reconfigured=k,
+            depth=int(self.depth),
+            noise_init=self.noise_init,
+            anchored=self.anchor == "teacher",
+        )
 
     # Fitting ---------------------------------------------------------------------------------
 
@@ -619,15 +640,9 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Mutual information is zero when every path gives the same softmax
         (for instance zero noise); all three are usable as OOD or failure
         scores (higher = less certain). Which ranks OOD inputs best depends on
-        the shift and on the noise. For MiniLM fine-tuned on WordNet nouns
-        with the default noise, the max probability and the predictive entropy
-        did better against adjective glosses and the mutual information
-        against verb glosses; with the noise held at 0.3 (``noise_target``)
-        the three ranked adjectives about equally well
-        (``benchmarks/results/text_wordnet.md`` and
-        ``benchmarks/results/tune_director_wordnet.md``). Choose on held-out
-        shifted data of your own. Small negative rounding residue of the
-        difference is clipped to 0.
+        the shift and on the noise: choose on held-out shifted data of your
+        own (``benchmarks/results/decisions.md#director-which-uncertainty-score``).
+        Small negative rounding residue of the difference is clipped to 0.
 
         Parameters
         ----------

@@ -5,9 +5,12 @@ A table written by another tool names its columns ``p_0, p_1, ...``,
 a suffix that all the columns share. The
 columns may come in any order (``p_1, p_0``, or the lexicographic
 ``p0, p1, p10, p11, p2, ...`` of a sorted dictionary), so their position
-says nothing: the number does. Names that mix such columns with others
-(``comment``, pandas' index column ``Unnamed: 0``) leave the classes unknown
-and are refused with a message that names the odd columns.
+says nothing: the number does. Columns of non-numeric classes carry the class
+label itself between a shared prefix and suffix (``p_cat, p_dog``,
+``cat_prob``). Names that mix such columns with others (``comment``, pandas'
+index column ``Unnamed: 0``) leave the classes unknown and are refused with a
+message that names the odd columns. Columns named ``logit_0, logit_1, ...``
+(or a key ``logits``) hold logits, as their names say.
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ColumnNumbering", "number_columns", "odd_column", "pandas_index_columns"]
+__all__ = [
+    "ColumnNumbering",
+    "label_affixes",
+    "names_logits",
+    "number_columns",
+    "odd_column",
+    "pandas_index_columns",
+]
 
 # The last number in the name, with what comes before and after it; the prefix is lazy,
 # so "p10" is prefix "p" and number 10, not prefix "p1" and number 0.
 _NUMBER_IN_NAME = re.compile(r"^(.*?)(\d+)(\D*)$")
 # pandas names a column without a header "Unnamed: <position>" when it reads a CSV.
 _PANDAS_INDEX = re.compile(r"^Unnamed: \d+$")
+# "logit" or "logits" as a whole word at the start: logit_0, logits3, logit-cat, logits;
+# not "logistic_score".
+_LOGIT_NAME = re.compile(r"^logits?(?![a-z])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,101 @@ def number_columns(names: list[str]) -> ColumnNumbering | None:
         numbers=[number for number, _ in members],
         strays=[position for position in range(len(names)) if position not in numbered],
     )
+
+
+def names_logits(names: list[str]) -> bool:
+    """Whether the names say that the values are logits: each starts with ``logit(s)``.
+
+    Parameters
+    ----------
+    names : list of str
+        Column names of a table, or one ``.npz`` key.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> names_logits(["logit_0", "logit_1"]), names_logits(["logits"])
+    (True, True)
+    >>> names_logits(["p_0", "logit_1"]), names_logits(["logistic_score"])
+    (False, False)
+    """
+    return bool(names) and all(_LOGIT_NAME.match(name) for name in names)
+
+
+def label_affixes(names: list[str], labels) -> tuple[str, str] | None:
+    """The prefix and suffix that every name puts around its class label, if there are ones.
+
+    ``p_cat, p_dog`` with labels ``cat`` and ``dog`` are the classes between
+    the prefix ``p_`` and an empty suffix; ``cat_prob, dog_prob`` have the
+    suffix ``_prob``. The labels seen may be fewer than the columns (a split
+    that misses a class), but each must be one of the names so stripped.
+
+    Parameters
+    ----------
+    names : list of str
+        The value columns' names.
+    labels : array-like
+        The labels of the rows (non-numeric).
+
+    Returns
+    -------
+    (str, str) or None
+        The shortest prefix and suffix (shared by every name) that leave
+        distinct, non-empty class names among which every label is found;
+        None when there are none (then the names do not say the classes).
+
+    Examples
+    --------
+    >>> label_affixes(["p_cat", "p_dog", "p_eel"], ["dog", "cat"])
+    ('p_', '')
+    >>> label_affixes(["cat_prob", "dog_prob"], ["cat"])
+    ('', '_prob')
+    >>> label_affixes(["cat", "dog"], ["cat", "dog"])
+    ('', '')
+    >>> label_affixes(["p_cat", "p_dog"], ["eel"]) is None
+    True
+    """
+    try:
+        distinct = np.unique(np.asarray(labels))
+    except TypeError:  # labels of mixed types: a missing label (NaN) among strings
+        distinct = set(labels)
+    # A missing label names no column; the probability check reports it by its row.
+    wanted = {str(label) for label in distinct if not _missing(label)}
+    if not names or not wanted:
+        return None
+    shortest = min(len(name) for name in names)
+    prefix_length = len(_common_prefix(names))
+    suffix_length = len(_common_prefix([name[::-1] for name in names]))
+    # Fewest stripped characters first: the names themselves, when they are the classes.
+    candidates = sorted(
+        (
+            (start, end)
+            for start in range(prefix_length + 1)
+            for end in range(suffix_length + 1)
+            if start + end < shortest
+        ),
+        key=lambda pair: (pair[0] + pair[1], pair[0]),
+    )
+    for start, end in candidates:
+        stripped = [name[start : len(name) - end] for name in names]
+        if len(set(stripped)) == len(stripped) and wanted <= set(stripped):
+            return names[0][:start], names[0][len(names[0]) - end :]
+    return None
+
+
+def _missing(label) -> bool:
+    return label is None or (isinstance(label, float) and label != label)
+
+
+def _common_prefix(names: list[str]) -> str:
+    first, last = min(names), max(names)
+    length = 0
+    while length < min(len(first), len(last)) and first[length] == last[length]:
+        length += 1
+    return first[:length]
 
 
 def pandas_index_columns(names: list[str]) -> list[str]:

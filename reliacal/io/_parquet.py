@@ -13,6 +13,8 @@ batch and then fixed.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,16 +84,46 @@ def _columns(path: Path, frame, probs_key, labels_key, classes) -> _Columns:
     return _Columns(table.label_column, table.columns, classes, table.description)
 
 
+@contextmanager
+def _named_in_errors(file: Path, root: Path) -> Iterator[None]:
+    """Name ``file`` in pyarrow's errors about it: a junk or damaged file in a folder.
+
+    pyarrow's messages ("Parquet magic bytes not found in footer") do not say
+    which file of a folder they are about.
+    """
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as error:
+        shown = file.relative_to(root.parent) if root.is_dir() else Path(file.name)
+        raise ValueError(f"{shown} is not a readable parquet file: {error}") from None
+
+
+def _frames(file: Path, root: Path, batch_rows: int) -> Iterator:
+    """The batches of rows of one parquet file, as DataFrames; pyarrow's errors name the file."""
+    import pyarrow.parquet as pq
+
+    with _named_in_errors(file, root):
+        # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
+        # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
+        # at most 1 MiB keep it to about one row group's columns.
+        with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
+            for batch in handle.iter_batches(batch_size=batch_rows):
+                yield batch.to_pandas()
+
+
 def _progress_bar(total: int, name: str, progress):
     from tqdm.auto import tqdm
 
     # progress=None: a bar on stderr only when it is a terminal (tqdm's disable=None).
     # A given file (a log) gets every update; a terminal at most 10 a second.
-    options = (
-        {"disable": None, "file": sys.stderr}
-        if progress is None
-        else {"file": progress, "mininterval": 0}
-    )
+    if progress is False:
+        options = {"disable": True}
+    elif progress is None:
+        options = {"disable": None, "file": sys.stderr}
+    else:
+        options = {"file": progress, "mininterval": 0}
     return tqdm(total=total, unit="row", unit_scale=True, desc=name, leave=False, **options)
 
 
@@ -123,8 +155,9 @@ def stream_parquet(
         sorted and smoothed metrics; False keeps memory constant.
     batch_rows : int, default=65536
         Rows per batch.
-    progress : file-like or None
-        Where the progress bar goes; None: stderr, when it is a terminal.
+    progress : file-like, None or False, default=None
+        Where the progress bar goes; None: stderr, when it is a terminal;
+        False: no bar.
 
     Returns
     -------
@@ -150,52 +183,59 @@ def stream_parquet(
         ) from None
 
     from reliacal._validation import check_logits
-    from reliacal.io._prediction_files import _explain_not_probabilities
+    from reliacal.io._columns import names_logits
+    from reliacal.io._prediction_files import _explain_not_probabilities, warn_if_probabilities
 
     path = Path(path)
     files = parquet_files(path)
     # Schemas and row counts from the footers alone: one file open at a time, since a
     # Spark or Dask folder can hold more parts than the process may open at once.
-    names = pq.read_schema(files[0]).names
-    for file in files[1:]:
-        if pq.read_schema(file).names != names:
+    total = 0
+    for file in files:
+        with _named_in_errors(file, path):
+            schema = pq.read_schema(file).names
+            total += pq.read_metadata(file).num_rows
+        if file == files[0]:
+            names = schema
+        elif schema != names:
             raise ValueError(
                 f"{file.name} has other columns than {files[0].name}: every file of "
                 f"{path.name} must have the same columns"
             )
-    total = sum(pq.read_metadata(file).num_rows for file in files)
     if total == 0:
         raise ValueError(f"{path.name} has no rows")
     columns = None
     state = None
     with _progress_bar(total, path.name, progress) as bar:
         for file in files:
-            # pre_buffer (pyarrow's default) coalesces reads ahead and held the whole file
-            # in pyarrow's pool (221 MiB of a 221 MiB file, measured); unbuffered reads of
-            # at most 1 MiB keep it to about one row group's columns.
-            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as handle:
-                for batch in handle.iter_batches(batch_size=batch_rows):
-                    frame = batch.to_pandas()
-                    if columns is None:
-                        columns = _columns(file, frame, probs_key, labels_key, classes)
-                        state = CalibrationState(
-                            n_bins, labels=columns.classes, keep_confidences=keep_confidences
-                        )
-                    values = frame[columns.value_columns].to_numpy(dtype=np.float64)
-                    if len(columns.value_columns) == 1:
-                        values = values[:, 0]
-                    labels = frame[columns.label_column].to_numpy()
-                    del frame
-                    try:
-                        if logits:
-                            values = softmax(check_logits(values, name="logits"))
-                        state.update(labels, values)
-                    except ValueError as error:
-                        message = _explain_not_probabilities(
-                            error, values, columns.value_columns, logits
-                        )
-                        raise ValueError(f"{file.name}: {message}") from None
-                    bar.update(batch.num_rows)
+            for frame in _frames(file, path, batch_rows):
+                first = columns is None
+                if first:
+                    columns = _columns(file, frame, probs_key, labels_key, classes)
+                    state = CalibrationState(
+                        n_bins, labels=columns.classes, keep_confidences=keep_confidences
+                    )
+                    # Columns logit_0, logit_1, ... hold logits, as their names say.
+                    named_logits = not logits and names_logits(columns.value_columns)
+                    logits = logits or named_logits
+                values = frame[columns.value_columns].to_numpy(dtype=np.float64)
+                if len(columns.value_columns) == 1:
+                    values = values[:, 0]
+                if first and named_logits:
+                    warn_if_probabilities(file, values, columns.description)
+                labels = frame[columns.label_column].to_numpy()
+                n_rows = len(frame)
+                del frame
+                try:
+                    if logits:
+                        values = softmax(check_logits(values, name="logits"))
+                    state.update(labels, values)
+                except ValueError as error:
+                    message = _explain_not_probabilities(
+                        error, values, columns.value_columns, logits
+                    )
+                    raise ValueError(f"{file.name}: {message}") from None
+                bar.update(n_rows)
     kind = "logits" if logits else "probabilities"
     source = f"{path.name}: {kind} from {columns.description}"
     source += " (softmax applied)" if logits else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import warnings
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,16 +11,27 @@ from pathlib import Path
 
 import numpy as np
 
-from reliacal.io._columns import number_columns, odd_column, pandas_index_columns
+from reliacal.io._columns import (
+    label_affixes,
+    names_logits,
+    number_columns,
+    odd_column,
+    pandas_index_columns,
+)
 
-__all__ = ["Predictions", "load_prediction_file"]
+__all__ = ["Predictions", "is_key_pattern", "load_prediction_file", "prediction_keys"]
 
 # Searched in this order when the caller names no key or column.
 PROBABILITY_KEYS = ("probs", "probabilities", "predictions", "y_prob", "proba")
 LOGIT_KEYS = ("logits",)
 LABEL_KEYS = ("labels", "label", "ground_truth", "y", "y_true", "targets", "target")
 TABLE_SUFFIXES = (".csv", ".parquet")
-_LOGITS_HINT = "pass logits=True (--logits) or store them under the key 'logits'"
+_LOGITS_HINT = (
+    "pass logits=True (--logits), or store them under the key 'logits' (columns "
+    "'logit_0', 'logit_1', ... in a table)"
+)
+# What makes --probs-key a pattern of .npz keys rather than one key.
+_PATTERN_CHARACTERS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,10 @@ class Predictions:
         names them (a table with non-numeric labels and one column per
         class); None when the labels are column indices (or sorted unique
         values).
+    columns : tuple of str or None
+        The names of a table's value columns, in the order of the columns of
+        ``probs`` (``("p_cat", "p_dog")``); None for ``.npz`` and ``.npy``
+        files. A file written from these predictions can keep the names.
 
     Examples
     --------
@@ -52,6 +69,7 @@ class Predictions:
     logits: np.ndarray | None
     source: str
     classes: np.ndarray | None = None
+    columns: tuple[str, ...] | None = None
 
 
 def load_prediction_file(
@@ -71,7 +89,9 @@ def load_prediction_file(
       keys ``probs``, ``probabilities``, ``predictions``, ``y_prob``,
       ``proba``, ``logits``; the labels under ``labels_key``, or else the
       first of ``labels``, ``label``, ``ground_truth``, ``y``, ``y_true``,
-      ``targets``, ``target`` (or from ``labels_path``).
+      ``targets``, ``target`` (or from ``labels_path``). A ``probs_key``
+      with ``*``, ``?`` or ``[`` is a pattern that must match one key
+      (:func:`prediction_keys` lists every match).
     - ``.npy``: one array of predictions; the labels come from
       ``labels_path`` (``.npy``, ``.npz``, ``.csv`` or ``.parquet``).
     - ``.csv`` / ``.parquet``: one row per sample; the label column is
@@ -80,7 +100,8 @@ def load_prediction_file(
       whose name starts with ``probs_key``, when given). A single
       probability column is the positive-class probability of a binary
       problem. Non-numeric labels (``"cat"``) name their column: the
-      column name without the ``probs_key`` prefix (``p_cat``). Numeric
+      column name is the label between a prefix and a suffix that every
+      column shares (``p_cat``, ``cat_prob``, or ``cat``). Numeric
       labels are matched to the class numbers in the column names when
       every name is a number between a shared prefix and suffix (``p_1, p_0`` or
       ``p0, p1, p10, p2, ...`` are put in class order; numbers other than
@@ -88,9 +109,11 @@ def load_prediction_file(
       file's order. A column outside such a numbered set, pandas' index
       column (``Unnamed: 0``) and two names for one class are refused.
 
-    Values are logits only when the caller says so: the key is named
-    ``logits`` or ``logits=True``; then the softmax gives the probabilities.
-    Probabilities are never guessed from logits.
+    Values are logits only when the file or the caller says so: the key is
+    named ``logits`` (or ``logits_<model>``), the table's value columns all
+    start with ``logit`` (``logit_0, logit_1, ...``), or ``logits=True``;
+    then the softmax gives the probabilities. Probabilities are never
+    guessed from logits.
 
     Parameters
     ----------
@@ -99,7 +122,8 @@ def load_prediction_file(
     labels_path : str or Path or None, default=None
         A separate file with the labels.
     probs_key : str or None, default=None
-        Key (``.npz``) or column-name prefix (tables) of the predictions.
+        Key (``.npz``; a pattern such as ``probs_*`` that matches one key) or
+        column-name prefix (tables) of the predictions.
     labels_key : str or None, default=None
         Key or column name of the labels.
     logits : bool, default=False
@@ -139,13 +163,23 @@ def load_prediction_file(
     >>> np.savez(file, probs=np.array([[0.9, 0.1], [0.3, 0.7]]), y=np.array(["cat", "dog"]))
     >>> load_prediction_file(file, labels=["cat", "dog"]).classes
     array(['cat', 'dog'], dtype='<U3')
+    >>> import pandas as pd
+    >>> table = os.path.join(tmp, "pets.csv")
+    >>> pets = pd.DataFrame({"p_dog": [0.2, 0.6], "p_cat": [0.8, 0.4], "label": ["cat", "dog"]})
+    >>> pets.to_csv(table, index=False)
+    >>> pets = load_prediction_file(table)
+    >>> pets.classes, pets.columns
+    (array(['dog', 'cat'], dtype='<U3'), ('p_dog', 'p_cat'))
     """
     path = Path(path)
     _require_file(path)
     suffix = path.suffix.lower()
     table = None
+    # The names (the .npz key, the table's columns) that the values came from.
+    names: list[str] = []
     if suffix == ".npz":
-        values, file_labels, values_from, labels_from = _read_npz(path, probs_key, labels_key)
+        values, file_labels, value_key, labels_from = _read_npz(path, probs_key, labels_key)
+        names, values_from = [value_key], f"key {value_key!r}"
     elif suffix == ".npy":
         values, file_labels = _load_array(path, "the array", lambda: _load_npy(path)), None
         values_from = labels_from = ""
@@ -167,21 +201,112 @@ def load_prediction_file(
         file_labels, labels_from = _read_labels_file(Path(labels_path), labels_key)
     if table is not None:
         table = _arrange_table(path, table, file_labels, labels)
-        values, values_from = table.values, table.description
-
-    logits = logits or values_from.endswith("'logits'")
+        values, values_from, names = table.values, table.description, table.columns
+    # The key 'logits', or columns logit_0, logit_1, ...: the names say logits.
+    named_logits = not logits and names_logits(names)
+    logits = logits or named_logits
     values_from = values_from or "the array"
     description = f"{path.name}: {'logits' if logits else 'probabilities'} from {values_from}"
     description += " (softmax applied)" if logits else ""
     source = f"{description}, labels from {labels_from}"
+    if named_logits:
+        warn_if_probabilities(path, values, values_from)
     return _validated(path, values, file_labels, logits, source, table, labels)
+
+
+def warn_if_probabilities(path: Path, values, values_from: str) -> None:
+    """Warn when values that their names call logits are probabilities, rows summing to 1.
+
+    ``values_from`` says where they are (``key 'logits'``, ``2 columns (logit_0, logit_1)``).
+    """
+    from reliacal._validation import _row_sum_tolerance
+
+    values = np.asarray(values)
+    if values.ndim != 2 or values.size == 0 or values.dtype.kind not in "biuf":
+        return
+    if not (values.min() >= 0 and values.max() <= 1):
+        return
+    if np.all(np.abs(values.sum(axis=1) - 1) <= _row_sum_tolerance(values)):
+        warnings.warn(
+            f"{path.name}: the values of {values_from} are named as logits, but every row "
+            "is in [0, 1] and sums to 1 like probabilities; the softmax is applied as the "
+            "names say (if they are probabilities, name them probs, or p_0, p_1, ...)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _require_file(path: Path) -> None:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a prediction file")
     if not path.is_file():
         raise ValueError(f"{path} is not a file")
+
+
+def is_key_pattern(probs_key: str | None) -> bool:
+    """Whether ``probs_key`` is a pattern of keys (``probs_*``) rather than one key.
+
+    Examples
+    --------
+    >>> is_key_pattern("probs_*"), is_key_pattern("probs"), is_key_pattern(None)
+    (True, False, False)
+    """
+    return probs_key is not None and not _PATTERN_CHARACTERS.isdisjoint(probs_key)
+
+
+def prediction_keys(path: str | Path, pattern: str, *, labels_key: str | None = None) -> list[str]:
+    """The keys of an ``.npz`` file that match a shell-style pattern, in file order.
+
+    One file may hold the predictions of several models, one key each (the
+    demo's ``probs_<method>``); the labels' key is never among them.
+
+    Parameters
+    ----------
+    path : str or Path
+        An ``.npz`` file.
+    pattern : str
+        A pattern of :mod:`fnmatch` (``*``, ``?``, ``[...]``), matched
+        case-sensitively, as keys are.
+    labels_key : str or None, default=None
+        The labels' key; None: the first of the label keys that
+        :func:`load_prediction_file` looks for.
+
+    Returns
+    -------
+    list of str
+        At least one key.
+
+    Raises
+    ------
+    ValueError
+        When the file is not an ``.npz`` file or no key matches.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> file = os.path.join(tempfile.mkdtemp(), "models.npz")
+    >>> probs = np.array([[0.9, 0.1], [0.3, 0.7]])
+    >>> np.savez(file, probs_raw=probs, probs_ts=probs, labels=np.array([0, 1]))
+    >>> prediction_keys(file, "probs_*")
+    ['probs_raw', 'probs_ts']
+    """
+    path = Path(path)
+    _require_file(path)
+    if path.suffix.lower() != ".npz":
+        raise ValueError(
+            f"{path.name}: a pattern such as {pattern!r} selects the keys of an .npz file; "
+            "in a table, --probs-key is the prefix of the class columns (e.g. --probs-key p_)"
+        )
+    with _open_npz(path) as archive:
+        keys = list(archive.files)
+    label_key = _pick_key(keys, labels_key, LABEL_KEYS, "label")
+    matches = [key for key in keys if key != label_key and fnmatch.fnmatchcase(key, pattern)]
+    if not matches:
+        raise ValueError(f"{path.name}: no key matches {pattern!r}; it has: {', '.join(keys)}")
+    return matches
 
 
 def _pick_key(available: list[str], requested: str | None, candidates: tuple[str, ...], what: str):
@@ -209,20 +334,39 @@ def _open_npz(path: Path):
 
 
 def _read_npz(path: Path, probs_key: str | None, labels_key: str | None):
+    if is_key_pattern(probs_key):
+        matches = prediction_keys(path, probs_key, labels_key=labels_key)
+        if len(matches) > 1:
+            raise ValueError(
+                f"{path.name}: {len(matches)} keys match {probs_key!r} "
+                f"({', '.join(matches)}); name one of them"
+            )
+        probs_key = matches[0]
     with _open_npz(path) as archive:
         keys = list(archive.files)
         value_key = _pick_key(keys, probs_key, PROBABILITY_KEYS + LOGIT_KEYS, "prediction")
         if value_key is None:
+            hint = _pattern_hint(keys, labels_key)
             raise ValueError(
                 f"{path.name} has no prediction key (looked for {', '.join(PROBABILITY_KEYS)}, "
-                f"logits); it has: {', '.join(keys)}; name one with --probs-key"
+                f"logits); it has: {', '.join(keys)}; name one with --probs-key{hint}"
             )
         label_key = _pick_key(keys, labels_key, LABEL_KEYS, "label")
         labels = None
         if label_key is not None:
             labels = _load_array(path, f"key {label_key!r}", lambda: archive[label_key])
         values = _load_array(path, f"key {value_key!r}", lambda: archive[value_key])
-        return values, labels, f"key {value_key!r}", f"key {label_key!r}"
+        return values, labels, value_key, f"key {label_key!r}"
+
+
+def _pattern_hint(keys: list[str], labels_key: str | None) -> str:
+    """``, or all of them with --probs-key 'probs_*'`` when several keys share a prefix."""
+    label_key = _pick_key(keys, labels_key, LABEL_KEYS, "label")
+    others = [key for key in keys if key != label_key]
+    prefix = others[0].split("_")[0] + "_" if others and "_" in others[0] else None
+    if prefix is None or sum(key.startswith(prefix) for key in others) < 2:
+        return ""
+    return f", or evaluate all of them with --probs-key '{prefix}*'"
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -289,6 +433,11 @@ def table_from_frame(
     """The label and value columns of a DataFrame read from ``path`` (a whole file or a batch)."""
     columns = [str(column) for column in frame.columns]
     frame.columns = columns
+    if is_key_pattern(probs_key):
+        raise ValueError(
+            f"{path.name}: --probs-key {probs_key!r} is a pattern of .npz keys; in a table it "
+            f"is the prefix of the class columns (e.g. --probs-key {probs_key.rstrip('*?[]')})"
+        )
     label_column = None
     if labels_in_table:
         label_column = _pick_key(columns, labels_key, LABEL_KEYS, "label column")
@@ -331,23 +480,25 @@ def table_from_frame(
 def _arrange_table(path: Path, table: _Table, labels, given_classes) -> _Table:
     """Put the value columns in class order and say which class each holds.
 
-    Non-numeric labels name their columns; numeric labels are matched to the
-    class numbers in the column names (``p_1, p_0`` is reordered to class 0
-    then 1); names without numbers leave the columns in file order. With
-    ``labels=`` (--classes) the caller gives the class of each column in file
-    order, which no name overrides.
+    Non-numeric labels name their columns (``p_cat`` holds the class
+    ``cat``: the label between a prefix and a suffix that every column
+    shares); numeric labels are matched to the class numbers in the column
+    names (``p_1, p_0`` is reordered to class 0 then 1); names without
+    numbers leave the columns in file order. With ``labels=`` (--classes)
+    the caller gives the class of each column in file order, which no name
+    overrides.
     """
     order, classes = list(range(len(table.columns))), None
     numeric = labels is not None and np.asarray(labels).dtype.kind in "biuf"
     if table.values.ndim == 2 and given_classes is None and labels is not None:
         if not numeric:
-            classes = np.asarray(table.names)
+            classes = _labelled_classes(table.names, labels)
         else:
             order, classes = _numbered_order(path, table)
     columns = [table.columns[position] for position in order]
     values = table.values if order == sorted(order) else table.values[:, order]
     shown = ", ".join(columns[:3]) + (", ..." if len(columns) > 3 else "")
-    description = f"{len(columns)} columns ({shown})"
+    description = f"{len(columns)} column{'s' if len(columns) > 1 else ''} ({shown})"
     if order != sorted(order):
         description += " put in the order of the class numbers in their names"
     return _Table(
@@ -359,6 +510,20 @@ def _arrange_table(path: Path, table: _Table, labels, given_classes) -> _Table:
         classes=classes,
         description=description,
     )
+
+
+def _labelled_classes(names: list[str], labels) -> np.ndarray:
+    """The class of each column of non-numeric labels: its name without a shared prefix/suffix.
+
+    When no prefix and suffix leave names among which every label is found,
+    the names themselves are the classes, and the probability check says
+    which labels are not among them.
+    """
+    affixes = label_affixes(names, labels)
+    if affixes is None:
+        return np.asarray(names)
+    prefix, suffix = affixes
+    return np.asarray([name[len(prefix) : len(name) - len(suffix)] for name in names])
 
 
 def _numbered_order(path: Path, table: _Table) -> tuple[list[int], np.ndarray | None]:
@@ -441,6 +606,11 @@ def _validated(path: Path, values, labels, from_logits: bool, source: str, table
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise ValueError(f"{path.name}: labels must be one-dimensional, got shape {labels.shape}")
+    if from_logits and np.ndim(values) == 1:
+        raise ValueError(
+            f"{path.name}: logits are read as one column per class (two for a binary "
+            "problem); one column is read as the positive-class probability"
+        )
     classes = None
     if given_classes is not None:
         classes = _given_classes(path, given_classes, labels, values)
@@ -457,7 +627,8 @@ def _validated(path: Path, values, labels, from_logits: bool, source: str, table
         columns = None if table is None else table.columns
         message = _explain_not_probabilities(error, values, columns, from_logits)
         raise ValueError(f"{path.name}: {message}") from None
-    return Predictions(np.asarray(values), labels, logit_values, source, classes)
+    columns = None if table is None else tuple(table.columns)
+    return Predictions(np.asarray(values), labels, logit_values, source, classes, columns)
 
 
 def _explain_not_probabilities(error: ValueError, values, columns, from_logits: bool) -> str:
@@ -488,8 +659,8 @@ def _given_classes(path: Path, given, labels: np.ndarray, values) -> np.ndarray:
     n_columns = {1: 2, 2: np.shape(values)[-1]}.get(np.ndim(values), len(classes))
     if len(classes) != n_columns:
         raise ValueError(
-            f"{path.name}: {len(classes)} class names given (labels=, --classes) for "
-            f"{n_columns} prediction columns; give one name per column"
+            f"{path.name}: {len(classes)} class name{'s' if len(classes) != 1 else ''} given "
+            f"(labels=, --classes) for {n_columns} prediction columns; give one name per column"
         )
     if labels.dtype.kind in "biuf" and classes.dtype.kind in "OSU":
         try:

@@ -6,28 +6,28 @@ Conventions (15 bins; uniform edges ``b / n_bins``; right-closed bins ``(lo, hi]
 with 0 in the first; quantile bins as ``array_split`` of the sorted confidences;
 top-label unless ``mode="positive"``) are stated in :func:`binned_statistics`.
 
+``y_prob`` may be a pandas DataFrame: its columns are matched to the classes by
+name, never by position. Columns named by class numbers (``p0, p1, ...``,
+``p_1``, ``class3_prob``: a shared prefix and suffix around the number) are put in
+the order of their numbers, whatever the frame's order (``p0, p1, p10, p2`` too);
+other names are the classes themselves, so ``y_true`` holds them. With
+``labels=``, the names must be those classes (or their numbers); anything else is
+refused. Pass ``frame.to_numpy()`` to use the columns' positions instead.
+
 Scorers for scikit-learn model selection: ``ece_scorer``, ``nll_scorer`` and
 ``brier_scorer`` are negated (greater is better) and call ``predict_proba``;
 :func:`make_calibration_scorer` builds others.
 
 The metric functions and :func:`calibration_report` also take Dask arrays and
 DataFrames (per-partition :class:`CalibrationState` objects, merged; Dask is
-imported only then). ``reliacal.metrics.torchmetrics.BinnedCalibrationError`` is
-a torchmetrics ``Metric`` of per-bin sums (needs torchmetrics).
+imported only then). :func:`calibration_states` and :func:`report_from_states`
+build the report from streaming states, block by block. The mode names live in
+:mod:`reliacal.metrics.modes`. ``reliacal.metrics.torchmetrics.BinnedCalibrationError``
+is a torchmetrics ``Metric`` of per-bin sums (needs torchmetrics).
 """
 
 from reliacal.metrics._binning import BinnedStatistics, binned_statistics
-from reliacal.metrics._calibration_error import (
-    classwise_calibration_error,
-    debiased_calibration_error,
-    expected_calibration_error,
-    maximum_calibration_error,
-)
-from reliacal.metrics._calibration_tests import (
-    SpiegelhalterResult,
-    ks_calibration_error,
-    spiegelhalter_test,
-)
+from reliacal.metrics._calibration_tests import SpiegelhalterResult
 from reliacal.metrics._compare import compare
 from reliacal.metrics._decomposition import (
     CorpReliability,
@@ -35,7 +35,29 @@ from reliacal.metrics._decomposition import (
     corp_reliability,
     score_decomposition,
 )
-from reliacal.metrics._report import calibration_report
+from reliacal.metrics._public import (
+    accuracy,
+    brier_score,
+    classwise_calibration_error,
+    debiased_calibration_error,
+    expected_calibration_error,
+    ks_calibration_error,
+    maximum_calibration_error,
+    monotonic_sweep_calibration_error,
+    negative_log_likelihood,
+    overconfidence_error,
+    signed_calibration_error,
+    smooth_calibration_error,
+    spiegelhalter_test,
+    underconfidence_error,
+)
+from reliacal.metrics._report import (
+    calibration_report,
+    calibration_states,
+    per_model,
+    report_columns,
+    report_from_states,
+)
 from reliacal.metrics._scorers import (
     CalibrationScorer,
     brier_scorer,
@@ -43,19 +65,10 @@ from reliacal.metrics._scorers import (
     make_calibration_scorer,
     nll_scorer,
 )
-from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood, softmax
-from reliacal.metrics._smooth import (
-    SmoothReliabilityCurve,
-    smooth_calibration_error,
-    smooth_reliability_curve,
-)
+from reliacal.metrics._scores import softmax
+from reliacal.metrics._smooth import SmoothReliabilityCurve, smooth_reliability_curve
+from reliacal.metrics._smooth_band import SmoothReliabilityBand, smooth_reliability_band
 from reliacal.metrics._streaming import CalibrationState
-from reliacal.metrics._sweep import (
-    monotonic_sweep_calibration_error,
-    overconfidence_error,
-    signed_calibration_error,
-    underconfidence_error,
-)
 
 __all__ = [
     "BinnedStatistics",
@@ -63,6 +76,7 @@ __all__ = [
     "CalibrationState",
     "CorpReliability",
     "ScoreDecomposition",
+    "SmoothReliabilityBand",
     "SmoothReliabilityCurve",
     "SpiegelhalterResult",
     "accuracy",
@@ -70,6 +84,7 @@ __all__ = [
     "brier_score",
     "brier_scorer",
     "calibration_report",
+    "calibration_states",
     "classwise_calibration_error",
     "compare",
     "corp_reliability",
@@ -83,9 +98,13 @@ __all__ = [
     "negative_log_likelihood",
     "nll_scorer",
     "overconfidence_error",
+    "per_model",
+    "report_columns",
+    "report_from_states",
     "score_decomposition",
     "signed_calibration_error",
     "smooth_calibration_error",
+    "smooth_reliability_band",
     "smooth_reliability_curve",
     "softmax",
     "spiegelhalter_test",

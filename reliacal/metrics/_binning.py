@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal._validation import check_n_bins, check_option
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
-from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import confidences_and_outcomes
 from reliacal.metrics._sorted import score_key, scores_of_key
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 STRATEGIES = ("uniform", "quantile")
 # Samples binned at once by uniform_sums.
@@ -218,6 +219,6 @@ def binned_statistics(
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return bin_scores(confidence, outcome, n_bins, strategy)

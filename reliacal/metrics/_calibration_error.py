@@ -9,12 +9,10 @@ from reliacal._validation import (
     check_classwise_bins,
     check_n_bins,
     check_option,
-    check_probabilities,
 )
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
-from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._modes import CLASSWISE, ERROR_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import (
     ClasswiseSums,
     binary_columns,
@@ -22,6 +20,7 @@ from reliacal.metrics._predictions import (
     scan_matrix,
     without_negative_zero,
 )
+from reliacal.metrics.modes import CLASSWISE, ERROR_MODES, check_mode
 
 NORMS = ("l1", "l2", "max")
 
@@ -128,7 +127,6 @@ def _check_common(n_bins, strategy, norm=None):
     return n_bins
 
 
-@accepts_dask("ece")
 @shared_doc(METRIC_DOCS)
 def expected_calibration_error(
     y_true,
@@ -165,9 +163,11 @@ def expected_calibration_error(
     ----------
     y_true : array-like of shape (n,)
         True labels (column indices, or classes listed in ``labels``).
-    y_prob : array-like of shape (n, K) or (n,)
+    y_prob : array-like of shape (n, K) or (n,), or DataFrame
         Predicted probabilities (rows sum to 1); 1-D input is the positive-class
         probability of a binary problem (top-label mode then uses ``[1 - p, p]``).
+        A DataFrame's columns are matched to the classes by name (see
+        :mod:`reliacal.metrics`).
     {binning}
     norm : {"l1", "l2", "max"}, default="l1"
         How bin gaps are combined.
@@ -200,12 +200,11 @@ def expected_calibration_error(
             y_true, y_prob, n_bins=n_bins, strategy=strategy, norm=norm, labels=labels
         )
     n_bins = _check_common(n_bins, strategy, norm)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
 
 
-@accepts_dask("mce")
 @shared_doc(METRIC_DOCS)
 def maximum_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -239,7 +238,6 @@ def maximum_calibration_error(
     )
 
 
-@accepts_dask("classwise_ece")
 @shared_doc(METRIC_DOCS)
 def classwise_calibration_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", norm="l1", labels=None
@@ -291,11 +289,10 @@ def classwise_calibration_error(
     0.375
     """
     n_bins = _check_common(n_bins, strategy, norm)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy), norm)
 
 
-@accepts_dask("debiased_ece")
 @shared_doc(METRIC_DOCS)
 def debiased_calibration_error(
     y_true,
@@ -339,6 +336,7 @@ def debiased_calibration_error(
 
     Examples
     --------
+    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> p = rng.uniform(size=20000)
     >>> y = (rng.uniform(size=20000) < p).astype(int)  # perfectly calibrated
@@ -347,7 +345,7 @@ def debiased_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy)
     check_mode(mode, ERROR_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     if mode == CLASSWISE:
         return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)

@@ -8,12 +8,11 @@ from typing import NamedTuple
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_probabilities
-from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import confidences_and_outcomes
 from reliacal.metrics._sorted import run_ends, sort_scores
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 # Samples per chunk of spiegelhalter_sums.
 _CHUNK = 1 << 16
@@ -28,12 +27,11 @@ class SpiegelhalterResult(NamedTuple):
 
 def _scores(y_true, y_prob, mode, labels):
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return confidence, outcome.astype(np.float64)
 
 
-@accepts_dask("ks_error")
 @shared_doc(METRIC_DOCS)
 def ks_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Kolmogorov-Smirnov calibration error (Gupta et al., 2021).
@@ -112,14 +110,13 @@ def spiegelhalter_from_sums(deviation: float, variance: float) -> SpiegelhalterR
     return SpiegelhalterResult(statistic, math.erfc(abs(statistic) / math.sqrt(2.0)))
 
 
-def _result_of_table(statistic: float, pvalue: float) -> SpiegelhalterResult:
+def spiegelhalter_from_table(statistic: float, pvalue: float) -> SpiegelhalterResult:
     """The test from the metric table's values, where NaN marks an undefined test."""
     if math.isnan(statistic):
         raise _undefined_test()
     return SpiegelhalterResult(statistic, pvalue)
 
 
-@accepts_dask("spiegelhalter_z", "spiegelhalter_p", combine=_result_of_table)
 @shared_doc(METRIC_DOCS)
 def spiegelhalter_test(
     y_true, y_prob, *, mode: str = "top-label", labels=None

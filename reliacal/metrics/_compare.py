@@ -12,21 +12,24 @@ bounded for any number of replicates.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal._validation import check_n_bins, check_option
 from reliacal.metrics._calibration_error import (
     debiased_calibration_error,
     expected_calibration_error,
 )
 from reliacal.metrics._calibration_tests import ks_calibration_error
-from reliacal.metrics._modes import SCORE_MODES, check_mode
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._inputs import check_predictions
+from reliacal.metrics._predictions import binary_columns, confidences_and_outcomes
 from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
 from reliacal.metrics._sweep import signed_calibration_error
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 COMPARE_METRICS = (
     "accuracy",
@@ -219,6 +222,45 @@ def check_bootstrap_settings(n_bootstraps, confidence_level) -> tuple[int, float
     return int(n_bootstraps), float(confidence_level)
 
 
+def _in_one_form(checked: dict) -> dict:
+    """The validated ``{name: (y_index, y_prob)}``, every method in the same form.
+
+    Binary methods may come as 1-D positive-class probabilities or as two columns;
+    their metrics agree except the Brier score (two columns: twice the 1-D value).
+    When both forms occur, the 1-D ones are read as ``[1 - p, p]``, so that the same
+    predictions compare as equal.
+    """
+    classes = {
+        name: 2 if y_prob.ndim == 1 else y_prob.shape[1] for name, (_, y_prob) in checked.items()
+    }
+    if len(set(classes.values())) > 1:
+        raise ValueError(
+            f"the methods' probabilities have different numbers of classes {classes}: "
+            "compare methods of one problem"
+        )
+    if {y_prob.ndim for _, y_prob in checked.values()} != {1, 2}:
+        return checked
+    return {
+        name: (y_index, binary_columns(y_prob) if y_prob.ndim == 1 else y_prob)
+        for name, (y_index, y_prob) in checked.items()
+    }
+
+
+def fewest_bootstraps(confidence_level: float) -> int:
+    r"""The fewest replicates whose percentile interval has a replicate in each tail.
+
+    An interval at level :math:`1 - \alpha` from :math:`B` replicates cuts
+    :math:`B \alpha / 2` of them off each end; below one, a bound is an extreme
+    replicate (or interpolates towards one) rather than a quantile, so the interval
+    says little about the sampling noise. Hence :math:`B \ge 2 / \alpha`.
+
+    >>> fewest_bootstraps(0.95), fewest_bootstraps(0.8)
+    (40, 10)
+    """
+    # The epsilon absorbs the rounding of 1 - level (2 / 0.2 is 10.000000000000002).
+    return math.ceil(2.0 / (1.0 - confidence_level) - 1e-9)
+
+
 def bootstrap_indices(n_samples: int, n_bootstraps: int, random_state=None):
     """Yield the resampled row indices in chunks of replicates.
 
@@ -263,6 +305,17 @@ def compare(
     ``significant`` when the interval excludes 0. For metrics where lower is
     better (all but ``accuracy``) a significant negative difference is a
     significant improvement over the reference.
+
+    Degenerate bootstraps are refused or flagged: one row (every resample is that
+    row, so every interval has width 0) raises ``ValueError``; fewer replicates
+    than :math:`2 / \alpha` (40 at 95%) leave less than one replicate in each
+    tail, so the bounds are set by the extreme replicates: a ``UserWarning`` says
+    so and no difference is called significant. Binary methods given as 1-D
+    positive-class probabilities and as two columns are compared in one form:
+    when both forms occur, the 1-D ones are read as ``[1 - p, p]`` (their Brier
+    score is then on the two-column scale, twice the 1-D one), so that the same
+    predictions compare as equal. Methods with different numbers of classes are
+    refused.
 
     Replicate indices are
     ``np.random.default_rng(random_state).integers(0, n, (n_bootstraps, n))``
@@ -338,19 +391,41 @@ def compare(
     )
     n_bins = check_n_bins(n_bins)
     check_mode(mode, SCORE_MODES)
-    samples = {}
-    values = {}
+    checked = {}
     for name, y_prob in predictions.items():
         try:
-            y_index, checked, _ = check_probabilities(y_true, y_prob, labels=labels)
-            samples[name] = _Samples(y_index, checked, n_bins, mode)
-            values[name] = {
-                metric: _point_value(metric, y_true, y_prob, n_bins, mode, labels)
-                for metric in metrics
-            }
+            y_index, probabilities, _ = check_predictions(y_true, y_prob, labels=labels)
         except ValueError as error:
             raise ValueError(f"method {name!r}: {error}") from None
-    n_samples = next(iter(samples.values())).confidence.shape[0]
+        checked[name] = (y_index, probabilities)
+    checked = _in_one_form(checked)
+    n_samples = next(iter(checked.values()))[0].shape[0]
+    if n_samples < 2:
+        raise ValueError(
+            "compare resamples the rows, and every resample of a single row is that row: "
+            "its intervals would have width 0 whatever the noise; need at least 2 rows"
+        )
+    resolved = n_bootstraps >= fewest_bootstraps(confidence_level)
+    if not resolved:
+        # With one method there is no difference to call significant: only the intervals.
+        verdict = " No difference is called significant." if len(checked) > 1 else ""
+        warnings.warn(
+            f"n_bootstraps={n_bootstraps} is too few for {confidence_level:g} intervals: "
+            "each tail holds fewer than one replicate (n_bootstraps * (1 - level) / 2 < 1), "
+            "so the bounds are set by the extreme replicates; use at least "
+            f"{fewest_bootstraps(confidence_level)}.{verdict}",
+            UserWarning,
+            stacklevel=2,
+        )
+    samples = {}
+    values = {}
+    for name, (y_index, probabilities) in checked.items():
+        samples[name] = _Samples(y_index, probabilities, n_bins, mode)
+        # y_index holds column indices: the default label mapping of the functions.
+        values[name] = {
+            metric: _point_value(metric, y_index, probabilities, n_bins, mode, None)
+            for metric in metrics
+        }
     replicates = {name: {metric: [] for metric in metrics} for name in predictions}
     for indices in bootstrap_indices(n_samples, n_bootstraps, random_state):
         for name, method_samples in samples.items():
@@ -371,7 +446,7 @@ def compare(
                 "difference": values[name][metric] - values[reference][metric],
                 "difference_ci_low": float(difference_low),
                 "difference_ci_high": float(difference_high),
-                "significant": bool(difference_low > 0 or difference_high < 0),
+                "significant": resolved and bool(difference_low > 0 or difference_high < 0),
             }
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index = pd.MultiIndex.from_tuples(table.index, names=["method", "metric"])

@@ -9,6 +9,20 @@ ones up to floating-point summation order (relative 1e-12 in the tests). The
 metrics that need every confidence (quantile bins, smoothing, sorting) gather
 one confidence and one correctness flag per row (9 bytes) to the client.
 
+Labels and probabilities must reach each worker in the same rows:
+
+- two Dask DataFrames (or Series) are joined into one frame first, so that both are
+  read in one partitioning. Taken from one frame (``frame["label"]``,
+  ``frame[columns]``), they are joined partition by partition; otherwise their rows
+  are matched by index, as pandas' ``assign`` matches them (Dask's alignment, which
+  needs an index without duplicates). Reading the columns
+  separately is not safe: Dask may read a small selection of columns of a parquet
+  folder in fewer, larger partitions than a wide one;
+- otherwise both become Dask arrays, the labels rechunked to the probabilities' row
+  chunks; chunks of unknown size (``DataFrame.to_dask_array()`` without
+  ``lengths=True``) are measured first, at the cost of one pass.
+
+A bad row is reported by its row in the whole input, not within its partition.
 Dask is imported only when a Dask collection is passed: ``import
 reliacal.metrics`` does not import it.
 """
@@ -17,10 +31,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["accepts_dask", "dask_state", "is_dask_collection"]
+from reliacal.metrics._inputs import in_class_order, rows_shifted
+from reliacal.metrics._registry import BY_NAME
+from reliacal.metrics._streaming import CalibrationState
+
+__all__ = ["dask_aware", "dask_state", "is_dask_collection"]
 
 
 def is_dask_collection(value) -> bool:
@@ -40,6 +60,98 @@ def _is_frame(value) -> bool:
     return is_dask_collection(value) and hasattr(value, "divisions")
 
 
+class _Refused(NamedTuple):
+    """What a partition's check said (a worker returns it: the lowest partition's wins)."""
+
+    message: str
+    partition: int
+
+
+def _partition_state(partition: int, y_true, y_prob, settings: dict):
+    """The state of one partition, or why it was refused (runs on a worker)."""
+    state = CalibrationState(**settings)
+    y_true = y_true.to_numpy() if hasattr(y_true, "to_numpy") else np.asarray(y_true)
+    y_prob = y_prob.to_numpy() if hasattr(y_prob, "to_numpy") else np.asarray(y_prob)
+    if y_true.shape[0] == 0 and y_prob.shape[0] == 0:
+        return state  # Dask DataFrames may have empty partitions
+    try:
+        return state.update(y_true, y_prob)
+    except ValueError as error:
+        # Returned, not raised: partitions fail in any order in time, and the message
+        # should name the first bad row of the whole input.
+        return _Refused(str(error), partition)
+
+
+def _frame_partition_state(partition: int, frame, label_column, probability_columns, settings):
+    """The state of one partition of the joined frame (runs on a worker)."""
+    return _partition_state(partition, frame[label_column], frame[probability_columns], settings)
+
+
+def _merge(first, second):
+    """A new state holding both (task results are not modified in place), or the first refusal."""
+    if isinstance(first, _Refused):
+        return first
+    if isinstance(second, _Refused):
+        return second
+    merged = CalibrationState(
+        first.n_bins, labels=first.labels, keep_confidences=first.keep_confidences
+    )
+    # Adding to the new state's zeros is exact: the sums equal a loop's over the partitions.
+    return merged.merge(first).merge(second)
+
+
+def _labels_series(y_true):
+    if y_true.ndim == 2:  # a one-column DataFrame of labels
+        if len(y_true.columns) != 1:
+            raise ValueError(
+                f"y_true must be 1-D: a Series or a one-column frame, got columns "
+                f"{list(y_true.columns)[:10]}"
+            )
+        return y_true[y_true.columns[0]]
+    return y_true
+
+
+def _free_name(taken) -> str:
+    name = "__reliacal_label__"
+    while name in set(taken):
+        name += "_"
+    return name
+
+
+def _frame_tasks(y_true, y_prob, settings):
+    """Tasks of two Dask frames joined into one, and the partitions' lengths on demand."""
+    import dask
+
+    y_true = _labels_series(y_true)
+    if y_prob.ndim == 2:
+        probability_columns = list(y_prob.columns)
+        frame = y_prob
+    else:  # a Series: the positive-class probabilities of a binary problem
+        probability_columns = "__reliacal_probability__"
+        frame = y_prob.to_frame(name=probability_columns)
+    label_column = _free_name(frame.columns)
+    frame = frame.assign(**{label_column: y_true})
+    partitions = frame.to_delayed()
+    tasks = [
+        dask.delayed(_frame_partition_state)(
+            index, part, label_column, probability_columns, settings
+        )
+        for index, part in enumerate(partitions)
+    ]
+
+    def lengths(count: int) -> list[int]:
+        return list(dask.compute(*[dask.delayed(len)(part) for part in partitions[:count]]))
+
+    return tasks, lengths
+
+
+def _known_rows(array):
+    """``array`` with known row chunks (one pass to measure them when unknown)."""
+    if any(math.isnan(size) for size in array.chunks[0]):
+        array = array.compute_chunk_sizes()
+    return array
+
+
 def _as_dask_array(value, row_chunks, name: str):
     import dask.array as da
 
@@ -47,6 +159,7 @@ def _as_dask_array(value, row_chunks, name: str):
         # Partition lengths are unknown until counted: one cheap pass.
         value = value.to_dask_array(lengths=True)
     if isinstance(value, da.Array):
+        value = _known_rows(value)
         if value.ndim == 2 and len(value.chunks[1]) > 1:
             value = value.rechunk({1: -1})  # a partition holds whole rows
         if row_chunks is not None and value.chunks[0] != row_chunks:
@@ -68,15 +181,10 @@ def _as_dask_array(value, row_chunks, name: str):
     return da.from_array(array, chunks=(row_chunks,) + array.shape[1:])
 
 
-def _partitions(y_true, y_prob) -> list[tuple]:
-    """Pairs of delayed ``(labels, probabilities)`` partitions, row-aligned."""
-    if _is_frame(y_true) and _is_frame(y_prob):
-        if y_true.npartitions != y_prob.npartitions:
-            raise ValueError(
-                f"y_true has {y_true.npartitions} partitions and y_prob {y_prob.npartitions}: "
-                "take both from one DataFrame (df[label_column], df[probability_columns])"
-            )
-        return list(zip(y_true.to_delayed(), y_prob.to_delayed(), strict=True))
+def _array_tasks(y_true, y_prob, settings):
+    """Tasks of row-aligned Dask arrays, and the partitions' lengths (known)."""
+    import dask
+
     if is_dask_collection(y_prob) or not is_dask_collection(y_true):
         y_prob = _as_dask_array(y_prob, None, "y_prob")
         y_true = _as_dask_array(y_true, y_prob.chunks[0], "y_true")
@@ -85,31 +193,18 @@ def _partitions(y_true, y_prob) -> list[tuple]:
         y_prob = _as_dask_array(y_prob, y_true.chunks[0], "y_prob")
     if y_prob.ndim not in (1, 2):
         raise ValueError(f"y_prob must be 1-D or 2-D, got shape {y_prob.shape}")
-    probabilities = y_prob.to_delayed().reshape(-1)
-    return list(zip(y_true.to_delayed().reshape(-1), probabilities, strict=True))
+    pairs = zip(y_true.to_delayed().reshape(-1), y_prob.to_delayed().reshape(-1), strict=True)
+    tasks = [
+        dask.delayed(_partition_state)(index, labels, probabilities, settings)
+        for index, (labels, probabilities) in enumerate(pairs)
+    ]
+    sizes = [int(size) for size in y_prob.chunks[0]]
+    return tasks, lambda count: sizes[:count]
 
 
-def _partition_state(y_true, y_prob, n_bins, labels, keep_confidences):
-    """The state of one partition (runs on a worker)."""
-    from reliacal.metrics._streaming import CalibrationState
-
-    state = CalibrationState(n_bins, labels=labels, keep_confidences=keep_confidences)
-    y_true = y_true.to_numpy() if hasattr(y_true, "to_numpy") else np.asarray(y_true)
-    y_prob = y_prob.to_numpy() if hasattr(y_prob, "to_numpy") else np.asarray(y_prob)
-    if y_true.shape[0] == 0 and y_prob.shape[0] == 0:
-        return state  # Dask DataFrames may have empty partitions
-    return state.update(y_true, y_prob)
-
-
-def _merge(first, second):
-    """A new state holding both (task results are not modified in place)."""
-    from reliacal.metrics._streaming import CalibrationState
-
-    merged = CalibrationState(
-        first.n_bins, labels=first.labels, keep_confidences=first.keep_confidences
-    )
-    # Adding to the new state's zeros is exact: the sums equal a loop's over the partitions.
-    return merged.merge(first).merge(second)
+def _in_whole_input(refused: _Refused, lengths) -> str:
+    """The refusal's message with its rows counted from the start of the whole input."""
+    return rows_shifted(refused.message, sum(lengths(refused.partition)))
 
 
 def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidences=False):
@@ -119,10 +214,10 @@ def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidence
     ----------
     y_true : dask array or Series of shape (n,), or array-like
         True labels.
-    y_prob : dask array of shape (n, K) or (n,), or dask DataFrame with one column
-        per class (in class order), or array-like
-        Predicted probabilities. A DataFrame's partitions must match ``y_true``'s
-        (take both from one frame).
+    y_prob : dask array of shape (n, K) or (n,), dask DataFrame with one column per
+        class (matched to the classes by name, as a pandas DataFrame), or array-like
+        Predicted probabilities. A DataFrame with a Series of labels is joined into
+        one frame (by partition when both come from one frame, else by index).
     n_bins, labels, keep_confidences
         As :class:`CalibrationState`.
 
@@ -130,6 +225,12 @@ def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidence
     -------
     CalibrationState
         Equal to a state updated with the partitions in order.
+
+    Raises
+    ------
+    ValueError
+        As :meth:`CalibrationState.update`, with rows counted in the whole input; and
+        for input without rows.
 
     Examples
     --------
@@ -142,67 +243,78 @@ def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidence
     """
     import dask
 
-    parts = [
-        dask.delayed(_partition_state)(labels_part, probs_part, n_bins, labels, keep_confidences)
-        for labels_part, probs_part in _partitions(y_true, y_prob)
-    ]
+    y_prob, labels = in_class_order(y_prob, labels)
+    settings = {"n_bins": n_bins, "labels": labels, "keep_confidences": keep_confidences}
+    if _is_frame(y_true) and _is_frame(y_prob):
+        tasks, lengths = _frame_tasks(y_true, y_prob, settings)
+    else:
+        tasks, lengths = _array_tasks(y_true, y_prob, settings)
     # A fold in partition order: the sums then add up exactly as a loop's would.
-    merged = functools.reduce(dask.delayed(_merge), parts)
+    merged = functools.reduce(dask.delayed(_merge), tasks)
     (state,) = dask.compute(merged)
+    if isinstance(state, _Refused):
+        raise ValueError(_in_whole_input(state, lengths))
+    if state.n_samples == 0:
+        raise ValueError(
+            "y_true and y_prob are empty (no partition holds a row): need at least one sample"
+        )
     return state
 
 
-def accepts_dask(*names: str, combine=None):
-    """Let a metric function take Dask collections, computed from the table's ``names``.
+def dask_aware(function, *names: str, combine=None):
+    """``function`` that also takes Dask collections, computed from the table's ``names``.
 
-    With Dask input, the function's value comes from :func:`dask_state` and the
-    metric table (which equals the function at its defaults); only ``n_bins=``
-    and ``labels=`` may differ from the defaults. ``combine`` builds the result
-    from the named values (default: the single value).
+    With Dask input, the value comes from :func:`dask_state` and the metric table
+    (whose ``names`` equal ``function`` at its defaults); only ``n_bins=`` and
+    ``labels=`` may differ from the defaults. ``combine`` builds the result from the
+    named values (default: the single value). Other input goes to ``function``
+    unchanged.
+
+    Examples
+    --------
+    >>> from reliacal.metrics._scores import accuracy
+    >>> public = dask_aware(accuracy, "accuracy")
+    >>> public([0, 1], [[0.8, 0.2], [0.3, 0.7]])
+    1.0
     """
+    signature = inspect.signature(function)
+    defaults = {
+        key: parameter.default
+        for key, parameter in signature.parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    keep_confidences = any(BY_NAME[name].needs_samples for name in names)
 
-    def decorate(function):
-        signature = inspect.signature(function)
-        defaults = {
-            key: parameter.default
-            for key, parameter in signature.parameters.items()
-            if parameter.default is not inspect.Parameter.empty
+    @functools.wraps(function)
+    def wrapper(y_true, y_prob, **kwargs):
+        if not (is_dask_collection(y_true) or is_dask_collection(y_prob)):
+            return function(y_true, y_prob, **kwargs)
+        signature.bind(y_true, y_prob, **kwargs)  # a TypeError for unknown arguments
+        fixed = {
+            key: value
+            for key, value in kwargs.items()
+            if key not in ("n_bins", "labels") and not _same(value, defaults.get(key))
         }
-
-        @functools.wraps(function)
-        def wrapper(y_true, y_prob, **kwargs):
-            if not (is_dask_collection(y_true) or is_dask_collection(y_prob)):
-                return function(y_true, y_prob, **kwargs)
-            from reliacal.metrics._registry import BY_NAME
-
-            signature.bind(y_true, y_prob, **kwargs)  # a TypeError for unknown arguments
-            fixed = {
-                key: value
-                for key, value in kwargs.items()
-                if key not in ("n_bins", "labels") and not _same(value, defaults.get(key))
-            }
-            if fixed:
-                key, value = next(iter(fixed.items()))
-                raise ValueError(
-                    f"{function.__name__} on Dask collections merges per-partition states, "
-                    f"which hold the default settings only: {key}={value!r} is not supported "
-                    "(n_bins= and labels= are); compute on an in-memory sample instead"
-                )
-            state = dask_state(
-                y_true,
-                y_prob,
-                n_bins=kwargs.get("n_bins", defaults.get("n_bins", 15)),
-                labels=kwargs.get("labels"),
-                keep_confidences=any(BY_NAME[name].needs_samples for name in names),
+        if fixed:
+            key, value = next(iter(fixed.items()))
+            raise ValueError(
+                f"{function.__name__} on Dask collections merges per-partition states, "
+                f"which hold the default settings only: {key}={value!r} is not supported "
+                "(n_bins= and labels= are); compute on an in-memory sample instead"
             )
-            values = state.compute(names)
-            if combine is None:
-                return values[names[0]]
-            return combine(*values.values())
+        state = dask_state(
+            y_true,
+            y_prob,
+            n_bins=kwargs.get("n_bins", defaults.get("n_bins", 15)),
+            labels=kwargs.get("labels"),
+            keep_confidences=keep_confidences,
+        )
+        values = state.compute(names)
+        if combine is None:
+            return values[names[0]]
+        return combine(*values.values())
 
-        return wrapper
-
-    return decorate
+    return wrapper
 
 
 def _same(value, default) -> bool:

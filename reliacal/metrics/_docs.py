@@ -17,8 +17,9 @@ Parameters
 ----------
 y_true : array-like of shape (n,)
     True labels.
-y_prob : array-like of shape (n, K) or (n,)
-    Predicted probabilities."""
+y_prob : array-like of shape (n, K) or (n,), or DataFrame
+    Predicted probabilities (a DataFrame's columns are matched to the classes
+    by name, see :mod:`reliacal.metrics`)."""
 
 _BINNING = """
 n_bins : int, default=15

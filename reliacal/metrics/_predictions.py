@@ -16,7 +16,7 @@ import numpy as np
 
 from reliacal._validation import check_classwise_bins
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
-from reliacal.metrics._modes import POSITIVE, SCORE_MODES, check_mode
+from reliacal.metrics.modes import POSITIVE, SCORE_MODES, check_mode
 
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22

@@ -159,8 +159,9 @@ METRICS = (
         brier_score,
     ),
     Metric(
-        "overconfidence",
-        "mean confidence minus accuracy: positive means over-confident, negative under-confident",
+        "signed_ece",
+        "mean confidence minus accuracy (:func:`signed_calibration_error`): positive means "
+        "over-confident, negative under-confident",
         lambda sums: sums.total_confidence / sums.n_samples - _accuracy(sums),
     ),
     Metric(

@@ -1,4 +1,12 @@
-"""A table comparing the calibration of several models on the same labels."""
+"""A table comparing the calibration of several models on the same labels.
+
+:func:`calibration_report` summarises each whole probability matrix at once, in one
+blocked pass. The same table also comes from streaming states
+(:func:`report_from_states`): :func:`calibration_states` feeds each model's rows to a
+:class:`CalibrationState` block by block (or partition by partition, for Dask
+collections), so that memory stays near the input's size; the Dask path of the
+report goes through the same states.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +16,27 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from reliacal._validation import check_n_bins, check_probabilities
+from reliacal._validation import check_n_bins, to_numpy
 from reliacal.metrics._dask import dask_state, is_dask_collection
+from reliacal.metrics._inputs import (
+    check_predictions,
+    in_class_order,
+    is_pandas_frame,
+    rows_shifted,
+)
 from reliacal.metrics._predictions import scan_matrix
-from reliacal.metrics._registry import REPORT_COLUMNS, compute, describe
+from reliacal.metrics._registry import REPORT_COLUMNS, STREAMABLE, compute, describe
+from reliacal.metrics._streaming import CalibrationState
 from reliacal.metrics._summary import prediction_matrix, summarize
 from reliacal.metrics._sums import MetricSums
 
 COLUMNS = REPORT_COLUMNS
+# The report's columns that stream from bin sums: all a state without confidences has.
+STREAMABLE_COLUMNS = tuple(name for name in REPORT_COLUMNS if name in STREAMABLE)
+
+# Rows per block of calibration_states: 2**16 rows of 1,000 float64 classes are 0.5 GB
+# of input, but the per-block temporaries are O(rows), a few megabytes.
+BLOCK_ROWS = 1 << 16
 
 _Result = TypeVar("_Result")
 
@@ -63,6 +84,162 @@ def model_table(rows: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     return table
 
 
+def _check_models(predictions) -> None:
+    if not isinstance(predictions, Mapping) or len(predictions) == 0:
+        raise ValueError(
+            "predictions must be a non-empty mapping of model name to probabilities, "
+            'e.g. {"model": y_prob}'
+        )
+
+
+def _state_of(y_true, y_prob, *, n_bins, labels, keep_confidences) -> CalibrationState:
+    """One model's state: Dask partition by partition, other input block by block."""
+    if is_dask_collection(y_true) or is_dask_collection(y_prob):
+        return dask_state(
+            y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=keep_confidences
+        )
+    if is_pandas_frame(y_prob):
+        y_prob, labels = in_class_order(y_prob, labels)
+    y_true = to_numpy(y_true, "y_true")
+    y_prob = to_numpy(y_prob, "y_prob")
+    state = CalibrationState(n_bins, labels=labels, keep_confidences=keep_confidences)
+    if y_true.ndim != 1 or y_prob.ndim == 0 or y_prob.shape[0] == 0:
+        return state.update(y_true, y_prob)  # refused as the metric functions refuse it
+    if y_true.shape[0] != y_prob.shape[0]:
+        raise ValueError(
+            "y_true and y_prob have different lengths: "
+            f"{y_true.shape[0]} labels for {y_prob.shape[0]} rows of probabilities"
+        )
+    for start in range(0, y_true.shape[0], BLOCK_ROWS):
+        stop = start + BLOCK_ROWS
+        try:
+            state.update(y_true[start:stop], y_prob[start:stop])
+        except ValueError as error:
+            raise ValueError(rows_shifted(str(error), start)) from None
+    return state
+
+
+def report_columns(*, streamable_only: bool = False) -> tuple[str, ...]:
+    """The columns of :func:`calibration_report`, in order (from the metric table).
+
+    Parameters
+    ----------
+    streamable_only : bool, default=False
+        Only the columns that stream from bin sums: those that a
+        :class:`CalibrationState` without ``keep_confidences`` computes.
+
+    Returns
+    -------
+    tuple of str
+
+    Examples
+    --------
+    >>> report_columns(streamable_only=True)[:3]
+    ('accuracy', 'ece', 'classwise_ece')
+    """
+    return STREAMABLE_COLUMNS if streamable_only else REPORT_COLUMNS
+
+
+def calibration_states(
+    y_true,
+    predictions: Mapping,
+    *,
+    n_bins: int = 15,
+    labels=None,
+    keep_confidences: bool = True,
+) -> dict[str, CalibrationState]:
+    """One :class:`CalibrationState` per model, fed its rows block by block.
+
+    :func:`calibration_report` summarises a whole probability matrix at once; on a
+    matrix of hundreds of megabytes its per-sample temporaries cost several times
+    the matrix. Here each model's rows feed a state ``BLOCK_ROWS`` (65,536) rows at
+    a time: the state keeps per-bin sums and, with ``keep_confidences``, one
+    confidence and one correctness flag per sample, so once the states are built the
+    matrices can be freed before :func:`report_from_states` sorts and smooths the
+    confidences. Dask collections are summarised partition by partition where they
+    live (as the metric functions do).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels, shared by the models (numpy, or a Dask array or Series).
+    predictions : mapping of str to array-like of shape (n, K) or (n,)
+        Model name to probabilities (numpy, a pandas or Dask DataFrame, a Dask array).
+    n_bins : int, default=15
+        Bins of the binned metrics.
+    labels : array-like of shape (K,), optional
+        The class of each column.
+    keep_confidences : bool, default=True
+        Keep what the sorted and smoothed columns need (False: the streamable
+        columns only, in constant memory).
+
+    Returns
+    -------
+    dict of str to CalibrationState
+
+    Raises
+    ------
+    ValueError
+        As :func:`calibration_report` does, the message starting with the model's name.
+
+    Examples
+    --------
+    >>> y = np.array([0, 1, 1, 0])
+    >>> probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]])
+    >>> states = calibration_states(y, {"sharp": probs})
+    >>> states["sharp"].n_samples
+    4
+    """
+    n_bins = check_n_bins(n_bins)
+    _check_models(predictions)
+    settings = {"n_bins": n_bins, "labels": labels, "keep_confidences": keep_confidences}
+    return per_model(predictions, lambda _name, y_prob: _state_of(y_true, y_prob, **settings))
+
+
+def report_from_states(
+    states: Mapping[str, CalibrationState], *, streamable_only: bool = False
+) -> pd.DataFrame:
+    """The table of :func:`calibration_report` from streaming states, one row per model.
+
+    The states may come from :func:`calibration_states`, from batches of a training
+    loop or from workers (merged with :meth:`CalibrationState.merge`); the values
+    equal ``calibration_report``'s on the same data up to floating-point summation
+    order.
+
+    Parameters
+    ----------
+    states : mapping of str to CalibrationState
+        Model name to a state built with ``keep_confidences=True`` (or any state,
+        with ``streamable_only=True``).
+    streamable_only : bool, default=False
+        Only the columns that stream from bin sums (:func:`report_columns`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per model (index ``model``), the columns of ``calibration_report``.
+
+    Examples
+    --------
+    >>> y = np.array([0, 1, 1, 0])
+    >>> probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]])
+    >>> table = report_from_states(calibration_states(y, {"sharp": probs}))
+    >>> expected = calibration_report(y, {"sharp": probs})
+    >>> bool(np.allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-12))
+    True
+    """
+    if not isinstance(states, Mapping) or len(states) == 0:
+        raise ValueError("states must be a non-empty mapping of model name to CalibrationState")
+    columns = report_columns(streamable_only=streamable_only)
+
+    def row(_name: str, state) -> dict[str, float]:
+        if not isinstance(state, CalibrationState):
+            raise ValueError(f"expected a CalibrationState, got {type(state).__name__}")
+        return state.compute(columns)
+
+    return model_table(per_model(states, row))
+
+
 def _check_bootstrap(bootstrap, confidence_level) -> tuple[int, float]:
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int | np.integer) or bootstrap < 0:
         raise ValueError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
@@ -96,9 +273,9 @@ def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_lev
                 "bootstrap resamples rows in memory and is not available for Dask "
                 "collections; compute the report on an in-memory sample for intervals"
             )
-        state = dask_state(y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=True)
+        state = _state_of(y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=True)
         return state.compute(COLUMNS)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     summary = summarize(y_index, y_prob, n_bins)
     del y_index  # the summary holds it
     sums = MetricSums.of_summary(summary, keep_samples=True)
@@ -194,11 +371,7 @@ def calibration_report(
     """
     n_bins = check_n_bins(n_bins)
     bootstrap, confidence_level = _check_bootstrap(bootstrap, confidence_level)
-    if not isinstance(predictions, Mapping) or len(predictions) == 0:
-        raise ValueError(
-            "predictions must be a non-empty mapping of model name to probabilities, "
-            'e.g. {"model": y_prob}'
-        )
+    _check_models(predictions)
     rng = np.random.default_rng(random_state)
     settings = {
         "n_bins": n_bins,

@@ -115,7 +115,8 @@ def make_calibration_scorer(metric, *, greater_is_better: bool | None = None, **
     if not callable(metric):
         raise ValueError(f"metric must be callable or a metric name, got {metric!r}")
     if greater_is_better is None:
-        greater_is_better = metric in GREATER_IS_BETTER
+        # The public functions wrap the table's definitions (to take Dask collections).
+        greater_is_better = inspect.unwrap(metric) in GREATER_IS_BETTER
     return CalibrationScorer(metric, 1 if greater_is_better else -1, kwargs)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_probabilities, to_numpy
-from reliacal.metrics._dask import accepts_dask
+from reliacal._validation import to_numpy
 from reliacal.metrics._docs import METRIC_DOCS
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import scan_matrix
 
 # Samples per chunk of the in-place Brier terms.
@@ -49,7 +49,6 @@ def _true_class_probability(y_index, y_prob) -> np.ndarray:
     return scan_matrix(y_prob, y_index, top_label=False, true_class=True).true_probability
 
 
-@accepts_dask("nll")
 @shared_doc(METRIC_DOCS)
 def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     r"""Negative log-likelihood (log loss, cross-entropy) of the true labels.
@@ -77,12 +76,11 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     >>> round(negative_log_likelihood([0, 1], [[0.8, 0.2], [0.4, 0.6]]), 6)
     0.366985
     """
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     true_probability = _true_class_probability(y_index, y_prob)
     return float(np.mean(clipped_log_loss(true_probability, y_prob.dtype)))
 
 
-@accepts_dask("brier")
 @shared_doc(METRIC_DOCS)
 def brier_score(y_true, y_prob, *, labels=None) -> float:
     r"""Brier score: the mean squared error of the probabilities.
@@ -115,7 +113,7 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     >>> round(brier_score([0, 1], [0.2, 0.6]), 6)
     0.1
     """
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     if y_prob.ndim == 1:
         positive = y_prob.astype(np.float64)
         return float(np.mean((positive - y_index) ** 2))
@@ -123,7 +121,6 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     return float(np.mean(brier_terms(scan.true_probability, scan.sum_of_squares)))
 
 
-@accepts_dask("accuracy")
 @shared_doc(METRIC_DOCS)
 def accuracy(y_true, y_prob, *, labels=None) -> float:
     r"""Fraction of samples whose most probable class is the true class.
@@ -145,7 +142,7 @@ def accuracy(y_true, y_prob, *, labels=None) -> float:
     >>> accuracy(["a", "b"], [[0.8, 0.2], [0.6, 0.4]], labels=["a", "b"])
     0.5
     """
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     if y_prob.ndim == 1:
         return float(np.mean((y_prob > 0.5) == (y_index == 1)))
     return float(np.mean(np.argmax(y_prob, axis=1) == y_index))

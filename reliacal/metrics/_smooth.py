@@ -18,11 +18,10 @@ import numpy as np
 from scipy import fft
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_probabilities
-from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 # relplot's defaults: evaluation grid size, bisection steps, smallest bandwidth and
 # the constant that keeps the smoothed density away from 0.
@@ -135,7 +134,7 @@ def _interpolate(points: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _scores(y_true, y_prob, mode, labels):
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return confidence, outcome.astype(np.float64)
 
@@ -157,7 +156,6 @@ def smooth_ece_of_scores(confidence, outcome, bandwidth=None) -> tuple[float, fl
     return problem.smooth_ece(bandwidth), bandwidth
 
 
-@accepts_dask("smooth_ece")
 @shared_doc(METRIC_DOCS)
 def smooth_calibration_error(
     y_true, y_prob, *, mode="top-label", bandwidth=None, labels=None, return_bandwidth=False
@@ -198,6 +196,7 @@ def smooth_calibration_error(
 
     Examples
     --------
+    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> p = rng.uniform(size=5000)
     >>> y = (rng.uniform(size=5000) < p ** 2).astype(int)  # overconfident

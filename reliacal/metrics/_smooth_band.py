@@ -7,11 +7,11 @@ from typing import NamedTuple
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_probabilities
 from reliacal.metrics._compare import bootstrap_indices, check_bootstrap_settings
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._smooth import smooth_reliability_curve
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 
 class SmoothReliabilityBand(NamedTuple):
@@ -72,7 +72,7 @@ def smooth_reliability_band(
     """
     check_bootstrap_settings(n_bootstraps, confidence_level)
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     # y_index holds column indices: the default label mapping of every call below.
     curve = smooth_reliability_curve(y_index, y_prob, n_points=n_points, mode=mode)
     replicates = np.empty((n_bootstraps, curve.grid.shape[0]))

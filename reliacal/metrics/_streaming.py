@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reliacal._validation import check_classwise_bins, check_n_bins, check_probabilities
+from reliacal._validation import check_classwise_bins, check_n_bins
 from reliacal.metrics._binning import BinnedStatistics
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._registry import BY_NAME, NEED_SAMPLES, STREAMABLE, compute, describe
 from reliacal.metrics._summary import summarize
 from reliacal.metrics._sums import MetricSums
@@ -47,6 +48,11 @@ class CalibrationState:
     n_classes : int or None
         Number of columns (2 for 1-D binary input); None before the first update.
 
+    Every batch must have the columns of the first: the same number of classes, and
+    for a binary problem the same form, 1-D positive-class probabilities or two
+    columns (their Brier scores differ by a factor of 2, see :func:`brier_score`).
+    A batch in another form raises ``ValueError``, as does merging such states.
+
     Examples
     --------
     >>> rng = np.random.default_rng(0)
@@ -73,6 +79,8 @@ class CalibrationState:
         self.labels = None if labels is None else np.asarray(labels)
         self.keep_confidences = bool(keep_confidences)
         self._sums = None  # MetricSums, created by the first batch (it fixes n_classes)
+        # Whether the batches are 1-D positive-class probabilities (fixed by the first).
+        self._one_dimensional = None
 
     @property
     def n_samples(self) -> int:
@@ -90,19 +98,30 @@ class CalibrationState:
             f"n_classes={self.n_classes}, keep_confidences={self.keep_confidences})"
         )
 
-    def _check_classes(self, n_classes: int) -> None:
+    def _check_form(self, n_classes: int, one_dimensional: bool) -> None:
+        """Refuse a batch (or a state) whose columns differ from the state's."""
         if self._sums is None:
             check_classwise_bins(self.n_bins, n_classes)
-        elif n_classes != self._sums.n_classes:
+            return
+        if n_classes != self._sums.n_classes:
             raise ValueError(
                 f"batch has {n_classes} classes but the state has {self._sums.n_classes}; "
                 "every batch must have the same columns"
             )
+        if one_dimensional != self._one_dimensional:
+            forms = {True: "1-D positive-class probabilities", False: "two columns"}
+            raise ValueError(
+                f"batch has {forms[one_dimensional]} but the state holds "
+                f"{forms[self._one_dimensional]}: the Brier score of 1-D binary input is "
+                "mean (p - y)^2 and that of two columns twice it, so a state takes one "
+                "form; pass every batch in the same form"
+            )
 
-    def _add(self, sums: MetricSums) -> None:
-        self._check_classes(sums.n_classes)
+    def _add(self, sums: MetricSums, one_dimensional: bool) -> None:
+        self._check_form(sums.n_classes, one_dimensional)
         if self._sums is None:
             self._sums = MetricSums(self.n_bins, sums.n_classes, keep_samples=self.keep_confidences)
+            self._one_dimensional = one_dimensional
         self._sums.merge(sums)
 
     def update(self, y_true, y_prob) -> CalibrationState:
@@ -120,10 +139,13 @@ class CalibrationState:
         CalibrationState
             ``self``.
         """
-        y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=self.labels)
-        self._check_classes(2 if y_prob.ndim == 1 else y_prob.shape[1])
+        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=self.labels)
+        one_dimensional = y_prob.ndim == 1
+        self._check_form(2 if one_dimensional else y_prob.shape[1], one_dimensional)
         summary = summarize(y_index, y_prob, self.n_bins)
-        self._add(MetricSums.of_summary(summary, keep_samples=self.keep_confidences))
+        self._add(
+            MetricSums.of_summary(summary, keep_samples=self.keep_confidences), one_dimensional
+        )
         return self
 
     def merge(self, other: CalibrationState) -> CalibrationState:
@@ -132,7 +154,8 @@ class CalibrationState:
         Parameters
         ----------
         other : CalibrationState
-            A state with the same ``n_bins``, ``labels`` and ``keep_confidences``.
+            A state with the same ``n_bins``, ``labels`` and ``keep_confidences``, whose
+            batches had the same columns (class count, and 1-D or two columns).
 
         Returns
         -------
@@ -154,7 +177,7 @@ class CalibrationState:
         if not same_labels:
             raise ValueError("cannot merge states with different labels")
         if other._sums is not None:
-            self._add(other._sums)
+            self._add(other._sums, other._one_dimensional)
         return self
 
     def binned_statistics(self) -> BinnedStatistics:

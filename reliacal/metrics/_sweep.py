@@ -5,20 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import check_n_bins, check_option, check_probabilities
+from reliacal._validation import check_n_bins, check_option
 from reliacal.metrics._binning import STRATEGIES, bin_scores
-from reliacal.metrics._dask import accepts_dask
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._modes import SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import confidences_and_outcomes
 from reliacal.metrics._sorted import sort_scores
+from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 SWEEP_NORMS = ("l1", "l2")
 
 
 def _scores(y_true, y_prob, mode, labels):
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_probabilities(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
     return confidences_and_outcomes(y_index, y_prob, mode)
 
 
@@ -64,7 +64,6 @@ def sweep_of_sorted(sorted_confidence, sorted_outcome, norm: str = "l1") -> tupl
     return float(np.sqrt(np.sum(weights[filled] * gaps**2))), n_bins
 
 
-@accepts_dask("sweep_ece")
 @shared_doc(METRIC_DOCS)
 def monotonic_sweep_calibration_error(
     y_true,
@@ -139,7 +138,6 @@ def signed_part(stats, sign: float) -> float:
     return float(np.sum(weights * np.maximum(sign * excess, 0.0)))
 
 
-@accepts_dask("overconfidence_error")
 @shared_doc(METRIC_DOCS)
 def overconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -168,7 +166,6 @@ def overconfidence_error(
     return signed_part(_binned(y_true, y_prob, n_bins, strategy, mode, labels), 1.0)
 
 
-@accepts_dask("underconfidence_error")
 @shared_doc(METRIC_DOCS)
 def underconfidence_error(
     y_true, y_prob, *, n_bins: int = 15, strategy: str = "uniform", mode="top-label", labels=None
@@ -196,7 +193,6 @@ def underconfidence_error(
     return signed_part(_binned(y_true, y_prob, n_bins, strategy, mode, labels), -1.0)
 
 
-@accepts_dask("overconfidence")
 @shared_doc(METRIC_DOCS)
 def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=None) -> float:
     r"""Signed calibration error: mean confidence minus accuracy.

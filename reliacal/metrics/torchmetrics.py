@@ -5,7 +5,10 @@ sum of confidences, sum of correct predictions per bin), summed across DDP ranks
 (``dist_reduce_fx="sum"``): its memory does not grow with the data, while
 torchmetrics' ``CalibrationError`` keeps every confidence and gathers them all
 on synchronisation. It uses reliacal's binning, so ``compute()`` equals
-:func:`reliacal.metrics.expected_calibration_error` on the same data.
+:func:`reliacal.metrics.expected_calibration_error` on the same data. A fourth,
+scalar state holds the number of classes of the batches: a batch, a merged state
+or a rank with another class count raises ``ValueError`` (the bins of a 3-class
+and a 10-class problem do not add up to one ECE).
 
 Against torchmetrics' ``MulticlassCalibrationError`` (``norm`` l1, l2 or max, the
 top-label ECE) the values agree (to float32 rounding, about 1e-6: torchmetrics
@@ -48,6 +51,21 @@ from reliacal._validation import (
 __all__ = ["BinnedCalibrationError"]
 
 NORMS = ("l1", "l2", "max")
+
+
+def _one_class_count(counts: torch.Tensor) -> torch.Tensor:
+    """Reduce the class counts of several states (0: no data yet); refuse two different ones.
+
+    The ``dist_reduce_fx`` of the ``n_classes`` state: torchmetrics calls it on the
+    stacked states of the DDP ranks, of ``merge_state`` and of ``forward``.
+    """
+    seen = counts[counts > 0]
+    if seen.numel() and bool((seen != seen[0]).any()):
+        raise ValueError(
+            f"cannot merge the bin sums of batches with different numbers of classes "
+            f"{sorted(set(seen.tolist()))}: every batch must have the same columns"
+        )
+    return counts.max()
 
 
 class BinnedCalibrationError(Metric):
@@ -97,6 +115,13 @@ class BinnedCalibrationError(Metric):
         # Interior edges b / n_bins, each one division in float64 (not linspace).
         interior = torch.arange(1, self.n_bins, dtype=torch.float64) / self.n_bins
         self.register_buffer("interior_edges", interior, persistent=False)
+        # The columns of the first batch (0: none yet); first, so that merging states of
+        # different class counts fails before any sum is added.
+        self.add_state(
+            "n_classes", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx=_one_class_count
+        )
+        # The same count as a Python int, so that update checks it without a device read.
+        self._columns = None
         for name in ("counts", "sum_confidence", "sum_correct"):
             self.add_state(
                 name, default=torch.zeros(self.n_bins, dtype=torch.float64), dist_reduce_fx="sum"
@@ -130,9 +155,25 @@ class BinnedCalibrationError(Metric):
             )
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch: probabilities ``(n, K)`` and class indices ``(n,)``."""
+        """Add a batch: probabilities ``(n, K)`` and class indices ``(n,)``.
+
+        Every batch must have the columns of the first (``ValueError`` otherwise):
+        the bins of a 3-class and a 10-class problem do not add up to one ECE.
+        """
         if self.validate_args:
             self._check(preds, target)
+        elif preds.ndim != 2:
+            raise ValueError(f"preds must have shape (n, K), got {tuple(preds.shape)}")
+        columns = int(preds.shape[1])
+        if self._columns is None:
+            # One device read per reset or merge; after it the check is on Python ints.
+            self._columns = int(self.n_classes) or columns
+            self.n_classes.fill_(self._columns)
+        if columns != self._columns:
+            raise ValueError(
+                f"batch has {columns} classes but the metric has {self._columns}: every "
+                "batch must have the same columns (reset() starts a new problem)"
+            )
         confidence, predicted = preds.max(dim=1)
         # Compared in float64, as reliacal's bins: float32(0.3) lies above the edge 0.3.
         confidence = confidence.to(torch.float64)
@@ -141,6 +182,16 @@ class BinnedCalibrationError(Metric):
         self.counts.scatter_add_(0, index, torch.ones_like(confidence))
         self.sum_confidence.scatter_add_(0, index, confidence)
         self.sum_correct.scatter_add_(0, index, correct)
+
+    def reset(self) -> None:
+        """Forget every batch (and the class count of the first)."""
+        super().reset()
+        self._columns = None
+
+    def merge_state(self, incoming_state) -> None:
+        """Add another metric's state (``ValueError`` if its class count differs)."""
+        super().merge_state(incoming_state)
+        self._columns = None  # read again from the merged state
 
     def compute(self) -> torch.Tensor:
         """The calibration error of every batch seen (on every rank), a float64 scalar."""

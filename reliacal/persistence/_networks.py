@@ -1,104 +1,81 @@
-"""The networks a fitted estimator holds: saved as a state dict plus what rebuilds them.
+"""The networks a fitted estimator holds: a state dict, plus what its owner needs to rebuild it.
 
-Three kinds exist, each rebuilt by reliacal's own constructor before its
-state dict is loaded strictly:
-
-- ``adaptive_ts``: an AdaptiveTS member network, from its sizes;
-- ``calattn``: a CalAttnFinetuner's network, built by the estimator around
-  the backbone given to ``load`` (whose fine-tuned weights the state holds);
-- ``director``: a DiffusionReconfigurer's student, built from a frozen
-  copy of the backbone given to ``load``.
-
-A state dict that does not fit the rebuilt network (another architecture,
-another number of classes) is a clear ``ValueError``.
+The codec asks the estimator that holds a network for its configuration
+(``_network_config``) when saving, and for a fresh network of that
+configuration (``_rebuild_network``) when loading; the saved state dict is
+then loaded into it strictly. A state dict that does not fit the rebuilt
+network (another architecture, another number of classes) is a clear
+``ValueError``. A network whose configuration carries sizes is first built
+on torch's ``meta`` device (shapes without memory), so that sizes that do
+not match the saved weights are refused before anything is allocated.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 __all__ = ["decode_network", "encode_network"]
 
 
-def _kind(module: Any) -> str | None:
-    name = type(module).__name__
-    return {
-        "_AdaptiveTemperatureNetwork": "adaptive_ts",
-        "CalAttnNetwork": "calattn",
-        "DirectorStudent": "director",
-    }.get(name)
-
-
-def _linear_widths(sequence: Any) -> list[int]:
-    from torch import nn
-
-    return [layer.out_features for layer in sequence if isinstance(layer, nn.Linear)]
-
-
-def _config(kind: str, module: Any) -> dict:
-    if kind == "adaptive_ts":
-        return {
-            "n_features": module.encoder[0].in_features,
-            "n_classes": int(module.prior_mean.shape[0]),
-            "latent_dim": int(module.prior_mean.shape[1]),
-            "hidden_layer_sizes": _linear_widths(module.encoder),
-            "temperature_hidden_sizes": _linear_widths(module.temperature_head)[:-1],
-            "confidence_inputs": bool(module.confidence_inputs),
-        }
-    if kind == "director":
-        # The transition network's depth is the estimator's own parameter.
-        return {"n_reconfigured": int(module.n_reconfigured)}
-    return {}
-
-
-def encode_network(encoder: Any, module: Any, where: str) -> dict:
-    kind = _kind(module)
-    if kind is None:
+def encode_network(encoder: Any, module: Any, where: str, owner: Any) -> dict:
+    describe = getattr(owner, "_network_config", None)
+    if describe is None:
         raise ValueError(
             f"{where} is a {type(module).__name__} network, which reliacal cannot rebuild on "
             "load; save its state_dict yourself"
         )
+    try:
+        config = describe(module)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
     state = {name: encoder.tensor(tensor) for name, tensor in module.state_dict().items()}
-    return {"$network": kind, "config": _config(kind, module), "state": state}
-
-
-def _build(kind: str, config: dict, decoder: Any, owner: Any) -> Any:
-    if kind == "adaptive_ts":
-        from reliacal.calibrators.adaptive import _AdaptiveTemperatureNetwork
-
-        return _AdaptiveTemperatureNetwork(
-            config["n_features"],
-            config["n_classes"],
-            latent_dim=config["latent_dim"],
-            hidden_layer_sizes=tuple(config["hidden_layer_sizes"]),
-            temperature_hidden_sizes=tuple(config["temperature_hidden_sizes"]),
-            confidence_inputs=config["confidence_inputs"],
-        )
-    if kind == "calattn":
-        # The estimator's own builder, around (a copy of) the backbone given to load.
-        return owner._build_network(0)
-    if kind == "director":
-        from reliacal.backbones import as_backbone
-        from reliacal.finetune.director_network import build_student
-
-        teacher = copy.deepcopy(as_backbone(owner.backbone)).cpu().eval()
-        teacher.requires_grad_(False)
-        return build_student(
-            teacher,
-            n_reconfigured=config["n_reconfigured"],
-            depth=int(owner.depth),
-            noise_init=owner.noise_init,
-            anchored=owner.anchor == "teacher",
-        )
-    raise ValueError(f"the saved model holds a network of unknown kind {kind!r}")
+    return {
+        "$network": type(module).__name__,
+        "config": encoder.value(config, f"{where} (its configuration)"),
+        "state": state,
+    }
 
 
 def decode_network(decoder: Any, data: dict, owner: Any) -> Any:
     kind = data["$network"]
-    module = _build(kind, data.get("config", {}), decoder, owner)
-    state = {name: decoder.tensor(tensor) for name, tensor in data["state"].items()}
-    expected = module.state_dict()
+    config = decoder.value(data["config"])
+    state_data = data["state"]
+    if (
+        not isinstance(kind, str)
+        or not isinstance(config, dict)
+        or not isinstance(state_data, dict)
+    ):
+        raise ValueError("the manifest holds a malformed network")
+    state = {name: decoder.tensor(tensor) for name, tensor in state_data.items()}
+    probe = _probe(owner, config)
+    if probe is not None:
+        _check_fits(kind, probe.state_dict(), state)
+    module = owner._rebuild_network(config)
+    _check_fits(kind, module.state_dict(), state)
+    module.load_state_dict(state)
+    return module.cpu().eval()
+
+
+def _probe(owner: Any, config: dict) -> Any:
+    """The network built on the meta device, or None when it cannot be built there.
+
+    An empty configuration takes every size from the owner's parameters and the
+    objects given to load, none from the file: it is built once, for real.
+    """
+    import torch
+
+    if not config:
+        return None
+    try:
+        with torch.device("meta"):
+            return owner._rebuild_network(config)
+    except ValueError:  # the owner refuses the configuration itself
+        raise
+    except Exception:  # a builder that reads tensor values: checked after the real build
+        return None
+
+
+def _check_fits(kind: str, expected: dict, state: dict) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     mismatched = [
@@ -120,5 +97,3 @@ def decode_network(decoder: Any, data: dict, owner: Any) -> Any:
             f"the saved {kind} network does not fit the one rebuilt from the backbone given "
             f"({details}): pass the backbone the model was fitted with"
         )
-    module.load_state_dict(state)
-    return module.cpu().eval()

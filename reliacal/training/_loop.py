@@ -93,13 +93,81 @@ class Run:
         chance_advice=None,
         start_fingerprint=None,
     ):
+        """Set up a run: processes, seed, split, loaders, model on its device, optimiser.
+
+        Nothing is trained yet (:meth:`fit` does); a checkpoint found in
+        ``config.checkpoint_dir`` is read here and restored by :meth:`fit`.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            The network, trained in place (moved to the training device here).
+        loss_fn : callable
+            ``loss_fn(outputs, target)`` -> scalar tensor, on the module's outputs.
+        train_data : torch.utils.data.Dataset
+            Training items ``(x, y)``.
+        config : TrainingConfig
+            The settings; see :class:`reliacal.training.TrainingConfig`.
+        validation_data : torch.utils.data.Dataset or None
+            Held-out items; ``None`` holds out ``config.validation_fraction`` of
+            ``train_data`` (split by the run seed, so a resumed run splits alike).
+        logits_fn : callable
+            Maps the module's outputs to the logits that validation scores.
+        transform : callable or None
+            Applied to each training batch's inputs on the device (augmentation).
+        chance_advice : str or None
+            Appended to the warning of a run never above chance (the estimator's advice).
+        start_fingerprint : object or None
+            What else the checkpoint is written for (e.g. the starting weights' digest).
+
+        Raises
+        ------
+        ValueError
+            A checkpoint written for another configuration, another number
+            of training samples or another network, data or start, or an
+            empty ``train_data``.
+
+        Notes
+        -----
+        The steps, in order: find the processes and the device; settle the run
+        seed (the checkpoint's when resuming, else ``config.random_state`` or one
+        drawn and shared by rank 0); split off the validation data; build the
+        loaders (a ``DistributedSampler`` shuffles, also in one process); derive
+        this process's host seed; move the module to the device (wrapped in
+        ``DistributedDataParallel`` under ``torch.distributed``); build the
+        optimiser, schedule, precision, NaN guard and EMA; and start the
+        bookkeeping of the best epoch and early stopping empty.
+        """
         self.module, self.loss_fn, self.config = module, loss_fn, config
         self.logits_fn, self.transform = logits_fn, transform
         self.chance_advice = chance_advice
+        self._find_processes()
+        self.n_samples = len(train_data)
+        # What the checkpoint is written for; a resumed run must match it.
+        self.fingerprint = (
+            None
+            if not config.checkpoint_dir
+            else run_fingerprint(module, train_data, validation_data, start_fingerprint)
+        )
+        self._settle_seed()
+        train_data, validation_data = self._split(train_data, validation_data)
+        self._build_loaders(train_data, validation_data)
+        self._derive_host_seed()
+        self._place_model()
+        self._build_optimisation()
+        self._start_bookkeeping()
+
+    def _find_processes(self) -> None:
+        """Rank, world size and training device; rank 0 alone writes and logs."""
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world_size = dist.get_world_size() if self.distributed else 1
-        self.device = _training_device(config.device, self.distributed)
+        self.main = self.rank == 0
+        self.device = _training_device(self.config.device, self.distributed)
+
+    def _settle_seed(self) -> None:
+        """The run seed and its shuffling and host streams; reads a checkpoint to resume."""
+        config = self.config
         self.path = (
             checkpoint_path(check_checkpoint_dir(config.checkpoint_dir))
             if config.checkpoint_dir
@@ -107,13 +175,6 @@ class Run:
         )
         # A checkpoint found here means resuming: its seed, not a new one, drives the run.
         self.checkpoint = load_checkpoint(self.path) if self.path is not None else None
-        self.n_samples = len(train_data)
-        # What the checkpoint is written for; a resumed run must match it.
-        self.fingerprint = (
-            None
-            if self.path is None
-            else run_fingerprint(module, train_data, validation_data, start_fingerprint)
-        )
         if self.checkpoint is not None:
             _check_checkpoint_config(self.checkpoint, config, self.path)
             if self.checkpoint["n_samples"] != self.n_samples:
@@ -125,14 +186,21 @@ class Run:
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
-        _, self.shuffle_seed, host_seed = seed_streams(self.seed)
+        _, self.shuffle_seed, self._host_stream = seed_streams(self.seed)
 
-        if validation_data is None and config.validation_fraction > 0:
+    def _split(self, train_data, validation_data):
+        """``(train, validation)``: the given validation data, else a seeded hold-out."""
+        if validation_data is None and self.config.validation_fraction > 0:
             train_rows, validation_rows = loop_split(
-                len(train_data), config.validation_fraction, self.seed
+                len(train_data), self.config.validation_fraction, self.seed
             )
             validation_data = Subset(train_data, validation_rows.tolist())
             train_data = Subset(train_data, train_rows.tolist())
+        return train_data, validation_data
+
+    def _build_loaders(self, train_data, validation_data) -> None:
+        """The shuffled (sharded under DDP) training loader and the ordered validation one."""
+        config = self.config
         self.sampler = DistributedSampler(
             train_data,
             num_replicas=self.world_size,
@@ -166,15 +234,20 @@ class Run:
                 collate_fn=collate_fn_of(validation_data),
             )
         )
-        if config.random_state is not None:
+
+    def _derive_host_seed(self) -> None:
+        """The seed of this process's Python, NumPy and torch generators (None: unseeded)."""
+        if self.config.random_state is not None:
             # Different dropout masks on each process, the same run after run.
             rank_seed = int(
-                np.random.SeedSequence([int(host_seed), self.rank]).generate_state(1)[0]
+                np.random.SeedSequence([int(self._host_stream), self.rank]).generate_state(1)[0]
             )
             self.host_seed: int | None = rank_seed
         else:
             self.host_seed = None
 
+    def _place_model(self) -> None:
+        """The module on the training device; ``model`` is it, or its DDP wrapper."""
         if self.distributed and self.device.type == "cuda":
             # Collectives on objects (checkpoint RNG states) use the current device.
             torch.cuda.set_device(self.device)
@@ -183,6 +256,10 @@ class Run:
         if self.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=device_ids)
+
+    def _build_optimisation(self) -> None:
+        """Optimiser, learning-rate schedule, mixed precision, NaN guard and EMA."""
+        config = self.config
         self.optimizer = make_optimizer(self.module, config)
         self.steps_per_epoch = len(self.train_loader)
         self.scheduler = make_scheduler(self.optimizer, config, self.steps_per_epoch)
@@ -193,6 +270,10 @@ class Run:
             if config.ema_decay is not None
             else None
         )
+        self._last_lr = self.optimizer.param_groups[0]["lr"]
+
+    def _start_bookkeeping(self) -> None:
+        """No epoch done yet: empty history, no best epoch, no early-stopping count."""
         self.history: list[dict[str, Any]] = []
         self.best_state: dict[str, torch.Tensor] | None = None
         self.best_epoch, self.best_score = 0, math.nan
@@ -201,8 +282,6 @@ class Run:
         self.chance: float | None = None
         self.epochs_done = 0
         self.finished = self.stopped_early = False
-        self._last_lr = self.optimizer.param_groups[0]["lr"]
-        self.main = self.rank == 0
 
     def fit(self, callbacks) -> TrainingResult:
         if self.host_seed is not None:

@@ -36,13 +36,28 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
+def _folds_keeping_copies_together(splitter, X, y):
+    """The splitter's folds, each copy of a row (equal values) moved to its first copy's fold."""
+    fold_of_row = np.empty(len(y), dtype=np.int64)
+    for fold, (_, test) in enumerate(splitter.split(X, y)):
+        fold_of_row[test] = fold
+    _, first, copy_of = np.unique(X, axis=0, return_index=True, return_inverse=True)
+    fold_of_row = fold_of_row[first[copy_of.ravel()]]
+    return [
+        (np.flatnonzero(fold_of_row != fold), np.flatnonzero(fold_of_row == fold))
+        for fold in range(splitter.get_n_splits())
+    ]
+
+
 def test_out_of_fold_nll_matches_stratified_kfold_recomputation(cifar_record):
     _, probabilities, labels = cifar_record
     auto = AutoCalibrator(
         candidates={"temperature": TemperatureScaling()}, input="probs", random_state=3
     ).fit(probabilities, labels)
 
-    folds = StratifiedKFold(5, shuffle=True, random_state=3).split(probabilities, labels)
+    folds = _folds_keeping_copies_together(
+        StratifiedKFold(5, shuffle=True, random_state=3), probabilities, labels
+    )
     identity_scores, ts_scores = [], []
     k = probabilities.shape[1]
     for train, test in folds:
@@ -72,14 +87,14 @@ def test_calibrated_logits_keep_the_identity():
     auto = AutoCalibrator().fit(logits, labels)
     assert auto.best_name_ == "identity"
     assert "no candidate beat" in auto.reason_
-    # The default candidates for 3 classes and fewer than 5000 rows.
+    # The default candidates for 3 classes and fewer than 5000 rows, in the table's order.
     assert list(auto.cv_results_["candidate"]) == [
         "identity",
         "temperature",
         "vector",
-        "ets",
-        "isotonic",
         "matrix",
+        "isotonic",
+        "ets",
     ]
     np.testing.assert_allclose(auto.predict_proba(logits), softmax(logits, axis=1), rtol=1e-10)
 
@@ -219,3 +234,103 @@ def test_clone_and_grid_search():
 class _Broken(LogisticRegression):
     def fit(self, X, y, sample_weight=None):
         raise RuntimeError("cannot fit")
+
+
+def test_ece_scoring_matches_a_direct_recomputation_and_says_what_it_optimised():
+    from reliacal.metrics import expected_calibration_error
+
+    logits, labels = _calibrated_data(900, 3, seed=10, scale=2.5)
+    auto = AutoCalibrator(
+        candidates={"temperature": TemperatureScaling()}, cv=KFold(3), scoring="neg_ece"
+    ).fit(logits, labels)
+    expected = {"identity": [], "temperature": []}
+    for train, test in KFold(3).split(logits):
+        fitted = TemperatureScaling().fit(logits[train], labels[train])
+        for name, proba in (
+            ("identity", softmax(logits[test], axis=1)),
+            ("temperature", fitted.predict_proba(logits[test])),
+        ):
+            expected[name].append(-expected_calibration_error(labels[test], proba))
+    results = auto.cv_results_.set_index("candidate")
+    for name, scores in expected.items():
+        np.testing.assert_allclose(
+            results.loc[name, ["split0_score", "split1_score", "split2_score"]], scores, rtol=1e-10
+        )
+    best = max(expected, key=lambda name: np.mean(expected[name]))
+    assert auto.best_name_ == best
+    assert "cross-validated ECE (scoring='neg_ece')" in auto.reason_
+    # The reason gives the metric itself, not its negation.
+    assert f"{-np.mean(expected[best]):.6g}" in auto.reason_
+
+
+def test_the_reason_names_the_default_score():
+    logits, labels = _calibrated_data(600, 3, seed=11, scale=3.0)
+    auto = AutoCalibrator(candidates={"temperature": TemperatureScaling()}).fit(logits, labels)
+    assert "cross-validated NLL (scoring='neg_log_loss')" in auto.reason_
+    nll = -auto.cv_results_.set_index("candidate").loc[auto.best_name_, "mean_score"]
+    assert f"{nll:.6g}" in auto.reason_
+
+
+def test_ece_scoring_refuses_sample_weight():
+    logits, labels = _calibrated_data(200, 3, seed=12)
+    with pytest.raises(ValueError, match="scoring='neg_ece' takes no sample_weight"):
+        AutoCalibrator(scoring="neg_ece").fit(logits, labels, sample_weight=np.ones(200))
+
+
+def test_copies_of_a_row_stay_in_one_fold():
+    # Calibrated logits, each row repeated 10 times: folds that split the copies let a
+    # flexible candidate score by rote (it saw each held-out row in training).
+    logits, labels = _calibrated_data(200, 3, seed=13)
+    repeated, repeated_labels = np.tile(logits, (10, 1)), np.tile(labels, 10)
+    auto = AutoCalibrator().fit(repeated, repeated_labels)
+    # Oracle: the same stratified folds, every copy moved to its first copy's fold.
+    splitter = StratifiedKFold(5, shuffle=True, random_state=0)
+    folds = _folds_keeping_copies_together(splitter, repeated, repeated_labels)
+    expected = []
+    for train, test in folds:
+        assert not set(map(tuple, repeated[train])) & set(map(tuple, repeated[test]))
+        fitted = VectorScaling().fit(repeated[train], repeated_labels[train])
+        predicted = fitted.predict_proba(repeated[test])
+        expected.append(-log_loss(repeated_labels[test], predicted, labels=range(3)))
+    results = auto.cv_results_.set_index("candidate")
+    np.testing.assert_allclose(
+        results.loc["vector", [f"split{i}_score" for i in range(5)]], expected, rtol=1e-6
+    )
+    # On calibrated logits nothing should beat the identity by memorising.
+    assert auto.best_name_ in {"identity", "temperature", "ets"}
+
+
+def test_a_splitter_that_separates_copies_is_used_with_a_warning():
+    logits, labels = _calibrated_data(100, 3, seed=14)
+    repeated, repeated_labels = np.tile(logits, (3, 1)), np.tile(labels, 3)
+    with pytest.warns(UserWarning, match="repeats rows .* reward memorising"):
+        AutoCalibrator(
+            candidates={"temperature": TemperatureScaling()}, cv=KFold(3, shuffle=True)
+        ).fit(repeated, repeated_labels)
+
+
+def test_rows_without_copies_keep_their_stratified_folds():
+    # The grouping changes nothing for distinct rows: the folds are StratifiedKFold's.
+    logits, labels = _calibrated_data(300, 3, seed=15, scale=2.0)
+    auto = AutoCalibrator(candidates={"vector": VectorScaling()}, random_state=4).fit(
+        logits, labels
+    )
+    splitter = StratifiedKFold(5, shuffle=True, random_state=4)
+    expected = [
+        -log_loss(
+            labels[test],
+            VectorScaling().fit(logits[train], labels[train]).predict_proba(logits[test]),
+            labels=range(3),
+        )
+        for train, test in splitter.split(logits, labels)
+    ]
+    results = auto.cv_results_.set_index("candidate")
+    np.testing.assert_allclose(
+        results.loc["vector", [f"split{i}_score" for i in range(5)]], expected, rtol=1e-8
+    )
+
+
+def test_too_few_distinct_rows_for_the_folds_are_refused():
+    logits, labels = _calibrated_data(3, 3, seed=16)
+    with pytest.raises(ValueError, match="3 distinct rows"):
+        AutoCalibrator(cv=5).fit(np.tile(logits, (10, 1)), np.tile(labels, 10))

@@ -26,7 +26,7 @@ from reliacal.calibrators import (
     IsotonicCalibration,
     PlattScaling,
 )
-from reliacal.calibrators._classic import CLASSIC_NOTES_DOC
+from reliacal.calibrators._classic import CLASSIC_NOTES_DOC, OneVsRestCalibrator
 
 CLASSIC = [
     PlattScaling(),
@@ -341,14 +341,70 @@ def test_histogram_binning_top_label_bins_the_confidence():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
 
-def test_isotonic_rows_of_zeros_become_uniform():
-    # Class 2 never occurs: its map is 0 everywhere; a row where the other maps are 0 too
-    # (below every calibration score of classes 0 and 1) becomes uniform.
-    logits = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [3.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
-    calibrator = IsotonicCalibration().fit(logits, [0, 1, 0, 1])
+def test_rows_whose_maps_all_give_zero_become_uniform():
+    class _ZeroMaps(OneVsRestCalibrator):
+        def _fit_maps(self, scores, targets, sample_weight) -> None:
+            return None
+
+        def _apply_maps(self, scores) -> np.ndarray:
+            return np.where(scores[:, :1] > 0, np.eye(scores.shape[1])[0], 0.0)
+
+    logits = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0]])
+    calibrator = _ZeroMaps().fit(logits, [0, 1, 2])
     proba = calibrator.predict_proba(np.array([[0.0, 0.0, 5.0], [3.0, 0.0, 0.0]]))
-    np.testing.assert_allclose(proba[0], 1 / 3)
-    np.testing.assert_allclose(proba[1], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(proba, [[1 / 3, 1 / 3, 1 / 3], [1.0, 0.0, 0.0]])
+
+
+def test_isotonic_gives_a_class_without_calibration_samples_laplaces_rule():
+    # Class 2 never occurs among the 4 samples: its map is 1/(4 + 2), not 0.
+    logits = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [3.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    with pytest.warns(UserWarning, match=r"no calibration sample of class\(es\) \[2\]"):
+        calibrator = IsotonicCalibration().fit(logits, [0, 1, 0, 1])
+    np.testing.assert_allclose(calibrator.values_[2], 1 / 6)
+    proba = calibrator.predict_proba(np.array([[0.0, 0.0, 5.0], [3.0, 0.0, 0.0]]))
+    # Row 1: maps (1, 0, 1/6) divided by their sum; row 0: only the unseen class's map is > 0.
+    np.testing.assert_allclose(proba, [[0.0, 0.0, 1.0], [6 / 7, 0.0, 1 / 7]])
+
+
+_ONE_VS_REST = [PlattScaling(), IsotonicCalibration(), BetaCalibration(), HistogramBinning()]
+
+
+@pytest.mark.parametrize("estimator", _ONE_VS_REST, ids=_ids(_ONE_VS_REST))
+@pytest.mark.parametrize(
+    "case", ["class missing", "one class, binary", "one sample", "weighted, class missing"]
+)
+def test_a_class_without_calibration_samples_keeps_a_positive_probability(estimator, case):
+    rng = np.random.default_rng(12)
+    logits = 2.0 * rng.normal(size=(200, 3))
+    y = np.where(logits.argmax(axis=1) == 2, 1, logits.argmax(axis=1))  # never class 2
+    weights = None
+    if case == "one class, binary":
+        logits, y = logits[:, 0] - logits[:, 1], np.ones(200, dtype=int)  # never class 0
+    elif case == "one sample":
+        logits, y = logits[:1], y[:1]
+    elif case == "weighted, class missing":
+        weights = rng.integers(0, 3, size=200).astype(float)
+    with pytest.warns(UserWarning, match=r"no calibration sample of class\(es\)"):
+        fitted = clone(estimator).fit(logits, y, sample_weight=weights)
+    test = 4.0 * rng.normal(size=(500,) + logits.shape[1:])
+    proba = fitted.predict_proba(test)
+    never_seen = np.setdiff1d(np.arange(proba.shape[1]), y)
+    assert never_seen.size and np.all(proba[:, never_seen] > 0.0)
+    assert np.all(proba[:, never_seen] < 1.0)
+    # Laplace's rule of succession: the unseen class's map is 1 / (n + 2), n the samples
+    # (their summed weight).
+    n = len(y) if weights is None else weights.sum()
+    if proba.shape[1] == 2:
+        np.testing.assert_allclose(proba[:, 0], 1.0 / (n + 2.0))
+
+
+def test_top_label_binning_of_all_right_predictions_keeps_the_other_classes_possible():
+    rng = np.random.default_rng(13)
+    logits = 3.0 * rng.normal(size=(100, 4))
+    with pytest.warns(UserWarning, match="top-label predictions of the calibration data are all"):
+        fitted = HistogramBinning(mode="top-label").fit(logits, logits.argmax(axis=1))
+    np.testing.assert_allclose(fitted.values_[0], 101 / 102)
+    assert fitted.predict_proba(logits).min() > 0.0
 
 
 def test_beta_keeps_a_and_b_non_negative_only_when_monotonic():

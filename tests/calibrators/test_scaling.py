@@ -274,6 +274,22 @@ def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid):
         tuned_scaling(LogisticRegression())
 
 
+@pytest.mark.parametrize("estimator", [VectorScaling(), MatrixScaling()], ids=["vector", "matrix"])
+def test_tuned_scaling_on_too_few_rows_says_what_the_search_needs(estimator):
+    logits, y = _problem(12, n=4, n_classes=3)
+    y = np.array([0, 1, 2, 0])
+    with pytest.raises(ValueError, match=r"3-fold cross-validated NLL needs at least 3 samples"):
+        tuned_scaling(estimator).fit(logits, y)
+    # The folds are GridSearchCV's own for an integer: unshuffled stratified k-fold.
+    logits, y = _problem(13, n=40, n_classes=3)
+    folds = tuned_scaling(estimator, cv=4).cv.split(logits, y)
+    for (train, test), (expected_train, expected_test) in zip(
+        folds, StratifiedKFold(4).split(logits, y), strict=True
+    ):
+        np.testing.assert_array_equal(train, expected_train)
+        np.testing.assert_array_equal(test, expected_test)
+
+
 # Issue 16.7: ~10^4 classes crashed SciPy's L-BFGS-B; the guard fires before any fit work.
 def _no_fit_work(monkeypatch):
     from reliacal.calibrators import scaling

@@ -19,12 +19,16 @@ from scipy.special import softmax
 
 from reliacal.calibrators import (
     AdaptiveTS,
+    BetaCalibration,
+    EnsembleTemperatureScaling,
     HistogramBinning,
     IsotonicCalibration,
     MatrixScaling,
+    PlattScaling,
     TemperatureScaling,
     VectorScaling,
 )
+from reliacal.datasets import make_logits
 from reliacal.export import attach, calibrator_module
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -189,7 +193,7 @@ def test_adaptive_with_features_members_and_confidence_inputs():
     np.testing.assert_allclose(
         onnx_outputs(module, inputs[:8], X), calibrator.predict_proba(X), rtol=0, atol=TOLERANCE
     )
-    with pytest.raises(ValueError, match="n_logits is set"):
+    with pytest.raises(ValueError, match="5 feature columns besides the logits"):
         attach(torch.nn.Identity(), calibrator)
     with pytest.raises(ValueError, match="n_draws=1"):
         calibrator.set_params(n_draws=4).to_torch()
@@ -240,3 +244,142 @@ def test_to_torch_refuses_unfitted_and_foreign_estimators():
     model.input = "logits"
     with pytest.raises(ValueError, match="LogisticRegression has no torch module"):
         calibrator_module(model)
+
+
+# Inputs that predict_proba refuses ---------------------------------------------------------
+
+
+def four_class_calibrators():
+    """One fitted calibrator of each map kind, on 4-class logits."""
+    logits, y = make_logits(400, 4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence of the classic maps
+        calibrators = {
+            "temperature": TemperatureScaling(),
+            "vector": VectorScaling(),
+            "matrix": MatrixScaling(),
+            "ets": EnsembleTemperatureScaling(),
+            "platt": PlattScaling(),
+            "beta": BetaCalibration(),
+            "isotonic": IsotonicCalibration(),
+            "histogram": HistogramBinning(),
+            "histogram-top-label": HistogramBinning(mode="top-label"),
+        }
+        for calibrator in calibrators.values():
+            calibrator.fit(logits, y)
+    return calibrators, logits
+
+
+def test_a_module_refuses_another_number_of_columns():
+    calibrators, logits = four_class_calibrators()
+    for calibrator in calibrators.values():
+        module = calibrator.to_torch()
+        trace = traced(module, torch.as_tensor(logits[:8]))
+        for columns in (1, 3, 5):
+            wrong = torch.as_tensor(np.resize(logits[:6], (6, columns)))
+            with pytest.raises(ValueError):
+                calibrator.predict_proba(wrong.numpy())
+            with pytest.raises(ValueError, match=f"{columns} columns.*fitted on 4"):
+                module(wrong)
+            # A traced graph keeps no Python check: its reshape refuses the other shape.
+            with pytest.raises(RuntimeError):
+                trace(wrong)
+        scripted_module = scripted(module)
+        with pytest.raises(Exception, match="fitted on 4"):
+            scripted_module(torch.as_tensor(logits[:6, :3]))
+
+
+def test_a_module_refuses_one_dimensional_input_clearly():
+    calibrators, logits = four_class_calibrators()
+    for calibrator in calibrators.values():
+        with pytest.raises(ValueError, match=r"2-D.*\(n, 4\)"):
+            calibrator.to_torch()(torch.as_tensor(logits[:, 0]))
+
+
+def test_a_module_propagates_nan_rows():
+    calibrators, logits = four_class_calibrators()
+    x = logits[:6].copy()
+    x[1, 2] = np.nan
+    x[4, 0] = np.inf
+    for name, calibrator in calibrators.items():
+        module = calibrator.to_torch()
+        for run in (module, traced(module, torch.as_tensor(logits[:8]))):
+            out = run(torch.as_tensor(x)).numpy()
+            assert np.isnan(out[[1, 4]]).all(), name
+            clean = [0, 2, 3, 5]
+            np.testing.assert_allclose(
+                out[clean], calibrator.predict_proba(x[clean]), rtol=0, atol=TOLERANCE
+            )
+
+
+def probabilities_with_zeros(n=600, k=4, seed=0):
+    logits, y = make_logits(n, k, random_state=seed)
+    probs = softmax(logits, axis=1)
+    probs[probs < 0.02] = 0.0  # exact zeros, as a saturated softmax gives
+    return probs / probs.sum(axis=1, keepdims=True), y
+
+
+def test_a_traced_module_takes_logs_in_the_precision_of_each_input():
+    probs, y = probabilities_with_zeros()
+    assert (probs == 0).mean() > 0.05
+    calibrator = MatrixScaling(input="probs", reg_off_diagonal=1.0, reg_bias=1.0).fit(probs, y)
+    module = calibrator.to_torch()
+    as32 = torch.as_tensor(probs, dtype=torch.float32)
+    as64 = torch.as_tensor(probs)
+    expected64 = calibrator.predict_proba(probs)
+    expected32 = calibrator.predict_proba(probs.astype(np.float32))
+    assert np.abs(expected64 - expected32).max() > 1e-3  # the two precisions differ here
+    for example in (as32[:8], as64[:8]):
+        trace = traced(module, example)
+        np.testing.assert_allclose(trace(as64).numpy(), expected64, rtol=0, atol=TOLERANCE)
+        np.testing.assert_allclose(trace(as32).numpy(), expected32, rtol=0, atol=1e-5)
+
+
+def test_attach_runs_a_text_model_through_its_adapter():
+    pytest.importorskip("transformers")
+    from reliacal.datasets import make_tiny_bert
+
+    bert = make_tiny_bert(
+        3, 40, max_length=32, hidden_size=16, intermediate_size=32, random_state=0
+    ).eval()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 40, (60, 8), generator=generator)
+    for row in range(0, 60, 2):
+        ids[row, 3 + row % 5 :] = 0  # padding, which the adapter masks
+    y = np.arange(60) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a random model: T may run to its bound
+        calibrator = TemperatureScaling(backbone=bert, device="cpu").fit(ids, y)
+    expected = calibrator.predict_proba(ids)
+    deployed = attach(bert, calibrator)
+    with torch.no_grad():
+        out = deployed(ids).numpy()
+    np.testing.assert_allclose(out, expected, rtol=0, atol=TOLERANCE)
+    assert deployed.model is bert
+
+
+def test_export_reads_the_calibrator_not_its_class():
+    # A calibrator export has never heard of: its own map is all export needs.
+    from reliacal.calibrators import BaseCalibrator
+
+    class HalfTemperature(BaseCalibrator):
+        def _fit_core(self, features, logits, y_index, sample_weight):
+            self.fitted_ = True
+
+        def _calibrated_logits(self, features, logits):
+            return np.asarray(logits, dtype=np.float64) / 2.0
+
+        def _torch_map(self):
+            from reliacal.export import TemperatureMap
+
+            return TemperatureMap(2.0)
+
+    logits, y = make_logits(50, 3, random_state=0)
+    probs = softmax(logits, axis=1).astype(np.float32)
+    for calibrator, X in (
+        (HalfTemperature().fit(logits, y), logits),
+        (HalfTemperature(input="probs").fit(probs, y), probs),
+    ):
+        with torch.no_grad():
+            out = calibrator.to_torch()(torch.as_tensor(X)).numpy()
+        np.testing.assert_allclose(out, calibrator.predict_proba(X), rtol=0, atol=1e-6)

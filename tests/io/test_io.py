@@ -102,11 +102,41 @@ def test_table_with_string_labels_names_the_columns(tmp_path):
     )
     path = tmp_path / "mail.csv"
     frame.to_csv(path, index=False)
-    loaded = load_prediction_file(path, probs_key="p_")
-    assert list(loaded.classes) == ["spam", "ham"]
-    assert list(loaded.labels) == ["spam", "ham", "spam"]
+    for probs_key in ("p_", None):  # the prefix is read from the names when not given
+        loaded = load_prediction_file(path, probs_key=probs_key)
+        assert list(loaded.classes) == ["spam", "ham"]
+        assert list(loaded.labels) == ["spam", "ham", "spam"]
+        assert loaded.columns == ("p_spam", "p_ham")
+    frame.assign(target=["spam", "eggs", "spam"]).to_csv(path, index=False)
     with pytest.raises(ValueError, match="not among"):
-        load_prediction_file(path)  # columns "p_spam", "p_ham" are not the labels
+        load_prediction_file(path)  # "eggs" has no column
+
+
+@pytest.mark.parametrize(
+    ("names", "labels", "classes"),
+    [
+        (["p_cat", "p_dog"], ["dog", "cat", "cat"], ["cat", "dog"]),
+        (["cat_prob", "dog_prob"], ["dog", "cat", "cat"], ["cat", "dog"]),
+        (["prob(cat)", "prob(dog)"], ["dog", "cat", "cat"], ["cat", "dog"]),
+        # A split that misses a class: eel has a column but no row.
+        (["p_eel", "p_cat", "p_dog"], ["dog", "cat", "cat"], ["eel", "cat", "dog"]),
+        # Labels that share letters with the prefix: "p_pig" is p_ + pig, not p_p + ig.
+        (["p_pig", "p_pony"], ["pony", "pig", "pig"], ["pig", "pony"]),
+        (["cat", "dog"], ["dog", "cat", "cat"], ["cat", "dog"]),
+    ],
+)
+def test_string_labels_are_the_column_names_between_a_prefix_and_suffix(
+    tmp_path, names, labels, classes
+):
+    probs = np.array([[0.2, 0.8], [0.7, 0.3], [0.6, 0.4]])
+    if len(names) == 3:
+        probs = np.column_stack([np.zeros(3), probs])
+    path = tmp_path / "pets.csv"
+    pd.DataFrame(probs, columns=names).assign(label=labels).to_csv(path, index=False)
+    loaded = load_prediction_file(path)
+    assert list(loaded.classes) == classes
+    np.testing.assert_array_equal(loaded.probs, probs)
+    assert loaded.columns == tuple(names)
 
 
 def test_table_with_one_probability_column_is_binary(tmp_path):
@@ -114,6 +144,107 @@ def test_table_with_one_probability_column_is_binary(tmp_path):
     pd.DataFrame({"y": [1, 0, 1], "score": [0.9, 0.2, 0.6]}).to_csv(path, index=False)
     loaded = load_prediction_file(path)
     assert loaded.probs.shape == (3,) and loaded.classes is None
+    assert (
+        loaded.source == "binary.csv: probabilities from 1 column (score), labels from column 'y'"
+    )
+
+
+# ------------------------------------------------------------ logits named by their columns
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize("prefix", ["logit_", "logits_", "logit", "Logit-"])
+def test_logit_columns_are_read_as_logits(tmp_path, suffix, prefix):
+    rng = np.random.default_rng(1)
+    logits = rng.normal(scale=3.0, size=(40, 3))
+    labels = rng.integers(0, 3, size=40)
+    # Written as classes 2, 0, 1: the numbers put them back, as for probability columns.
+    frame = pd.DataFrame(logits[:, [2, 0, 1]], columns=[f"{prefix}{k}" for k in (2, 0, 1)])
+    frame = frame.assign(label=labels)
+    path = tmp_path / f"scores{suffix}"
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+    loaded = load_prediction_file(path)
+    np.testing.assert_allclose(loaded.probs, scipy_softmax(logits, axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(loaded.logits, logits)
+    assert loaded.source.startswith(f"scores{suffix}: logits from 3 columns ({prefix}0, ")
+    assert "(softmax applied)" in loaded.source
+
+
+def test_logit_columns_of_string_classes_and_names_that_are_not_logits(tmp_path):
+    logits = np.array([[2.0, -1.0], [0.5, 1.5], [-2.0, 0.0]])
+    path = tmp_path / "pets.csv"
+    frame = pd.DataFrame(logits, columns=["logit_cat", "logit_dog"])
+    frame.assign(label=["cat", "dog", "dog"]).to_csv(path, index=False)
+    loaded = load_prediction_file(path)
+    assert list(loaded.classes) == ["cat", "dog"]
+    np.testing.assert_allclose(loaded.probs, scipy_softmax(logits, axis=1), rtol=1e-12)
+    # "logistic" is not "logit": scores outside [0, 1] under that name are refused as before.
+    frame.columns = ["logistic_0", "logistic_1"]
+    frame.assign(label=[0, 1, 1]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="looks like logits.*logit_0"):
+        load_prediction_file(path)
+
+
+def test_npz_keys_named_logits_are_logits(tmp_path):
+    logits = np.array([[2.0, -1.0], [0.5, 1.5]])
+    np.savez(tmp_path / "models.npz", logits_ts=logits, probs=np.full((2, 2), 0.5), y=[0, 1])
+    loaded = load_prediction_file(tmp_path / "models.npz", probs_key="logits_ts")
+    np.testing.assert_allclose(loaded.probs, scipy_softmax(logits, axis=1), rtol=1e-12)
+    assert "logits from key 'logits_ts' (softmax applied)" in loaded.source
+
+
+def test_probabilities_named_as_logits_are_softmaxed_with_a_warning(tmp_path):
+    probs = np.array([[0.9, 0.1], [0.3, 0.7]])
+    path = tmp_path / "misnamed.csv"
+    pd.DataFrame(probs, columns=["logit_0", "logit_1"]).assign(label=[0, 1]).to_csv(
+        path, index=False
+    )
+    with pytest.warns(UserWarning, match="misnamed.csv: .*named as logits.*sums to 1"):
+        loaded = load_prediction_file(path)
+    np.testing.assert_allclose(loaded.probs, scipy_softmax(probs, axis=1), rtol=1e-12)
+
+
+def test_one_logit_column_is_refused_with_the_reason(tmp_path):
+    path = tmp_path / "one.csv"
+    pd.DataFrame({"logit": [2.0, -1.0], "label": [1, 0]}).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="one.csv: logits are read as one column per class"):
+        load_prediction_file(path)
+
+
+# ----------------------------------------------------------- several models in one .npz file
+
+
+def test_a_key_pattern_selects_npz_keys(tmp_path):
+    from reliacal.io import prediction_keys
+
+    probs = np.array([[0.9, 0.1], [0.3, 0.7]])
+    path = tmp_path / "predictions.npz"
+    np.savez(path, probs_raw=probs, labels=[0, 1], probs_ts=probs[:, ::-1], other=probs)
+    assert prediction_keys(path, "probs_*") == ["probs_raw", "probs_ts"]
+    assert prediction_keys(path, "*") == ["probs_raw", "probs_ts", "other"]  # never the labels
+    with pytest.raises(ValueError, match=r"no key matches 'p\?'; it has: probs_raw, labels"):
+        prediction_keys(path, "p?")
+    # One match is that key; several are refused by name.
+    loaded = load_prediction_file(path, probs_key="probs_t*")
+    np.testing.assert_array_equal(loaded.probs, probs[:, ::-1])
+    assert "key 'probs_ts'" in loaded.source
+    with pytest.raises(ValueError, match=r"2 keys match 'probs_\*' \(probs_raw, probs_ts\)"):
+        load_prediction_file(path, probs_key="probs_*")
+    # Without a key: the error says how to read them all.
+    np.savez(path, probs_raw=probs, probs_ts=probs, labels=[0, 1])
+    with pytest.raises(ValueError, match="--probs-key 'probs_\\*'"):
+        load_prediction_file(path)
+    table = tmp_path / "table.csv"
+    pd.DataFrame(probs, columns=["p_0", "p_1"]).assign(label=[0, 1]).to_csv(table, index=False)
+    for refuse in (
+        lambda: prediction_keys(table, "p_*"),
+        lambda: load_prediction_file(table, probs_key="p_*"),
+    ):
+        with pytest.raises(ValueError, match="--probs-key p_"):
+            refuse()
 
 
 @pytest.mark.parametrize(
@@ -131,7 +262,7 @@ def test_unreadable_files(tmp_path, name, content, error, message):
         path.write_text(content)
     with pytest.raises(error, match=message):
         load_prediction_file(path)
-    with pytest.raises(ValueError, match="not a file"):
+    with pytest.raises(ValueError, match="is a folder, not a prediction file"):
         load_prediction_file(tmp_path)
 
 

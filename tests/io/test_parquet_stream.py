@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import tracemalloc
 
 import numpy as np
@@ -10,12 +11,14 @@ import pandas as pd
 import pytest
 
 from reliacal.cli import main
-from reliacal.cli._chunked_report import STREAMABLE_COLUMNS
 from reliacal.io._parquet import stream_parquet
-from reliacal.metrics import calibration_report, softmax
+from reliacal.metrics import calibration_report, report_columns, softmax
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
+
+
+STREAMABLE_COLUMNS = report_columns(streamable_only=True)
 
 
 def _data(n_samples, n_classes=4, seed=0):
@@ -97,6 +100,21 @@ def test_logits_and_numbered_columns_out_of_order(capsys, tmp_path):
     np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_logit_columns_need_no_flag(capsys, tmp_path):
+    labels, probs = _data(500, n_classes=3, seed=7)
+    logits = np.log(probs) + 1.5  # logits up to a per-row constant
+    columns = ["logit_1", "logit_2", "logit_0"]
+    path = _write(tmp_path / "scores.parquet", labels, logits[:, [1, 2, 0]], columns=columns)
+    status, table, err = _evaluate(capsys, path)
+    assert status == 0, err
+    assert err == [
+        "reliacal: scores.parquet: logits from 3 columns (logit_0, logit_1, logit_2) put in the "
+        "order of the class numbers in their names (softmax applied), labels from column 'label'"
+    ]
+    expected = calibration_report(labels, {"scores": probs})
+    np.testing.assert_allclose(table.to_numpy(), expected.to_numpy(), rtol=1e-9, atol=1e-12)
+
+
 def test_a_folder_is_read_one_file_open_at_a_time(monkeypatch, tmp_path):
     # A Spark or Dask folder can hold more parts than the process may open at once.
     labels, probs = _data(600, seed=5)
@@ -133,6 +151,21 @@ def test_progress_bar_counts_the_rows(tmp_path):
     assert "900/900" in bar.getvalue() and "preds.parquet" in bar.getvalue()
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_command_shows_the_bar_on_a_terminal_unless_quiet(capsys, monkeypatch, tmp_path, quiet):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    labels, probs = _data(900, seed=4)
+    path = _write(tmp_path / "preds.parquet", labels, probs)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["evaluate", str(path), "--format", "csv"] + ["--quiet"] * quiet) == 0
+    assert ("/900 [" in terminal.getvalue()) is not quiet, terminal.getvalue()  # 900 rows
+    assert "reliacal: preds.parquet: probabilities from 4 columns" in terminal.getvalue()
+
+
 def test_memory_is_bounded_by_a_batch(tmp_path):
     labels, probs = _data(400_000, n_classes=10, seed=5)
     path = _write(tmp_path / "big.parquet", labels, probs, row_group_size=50_000)
@@ -157,6 +190,8 @@ def test_memory_is_bounded_by_a_batch(tmp_path):
         ("bad_second_file", "b.parquet: rows of y_prob"),
         ("extra_column", "column 'weight' is not a class probability"),
         ("folder_with_labels", "no --labels"),
+        ("junk_file", "parts/sub/junk.parquet is not a readable parquet file"),
+        ("empty_file", "parts/b.parquet is not a readable parquet file"),
     ],
 )
 def test_user_errors_are_one_line(capsys, tmp_path, setup, message):
@@ -174,6 +209,12 @@ def test_user_errors_are_one_line(capsys, tmp_path, setup, message):
         weighted = np.column_stack([probs, np.full(300, 3.0)])
         columns = ["a", "b", "c", "d", "weight"]
         _write(folder / "a.parquet", labels, weighted, columns=columns)
+    elif setup in ("junk_file", "empty_file"):
+        # A file that is not parquet among good ones: pyarrow's message does not name it.
+        _write(folder / "a.parquet", labels, probs)
+        (folder / "sub").mkdir()
+        junk = folder / "sub" / "junk.parquet" if setup == "junk_file" else folder / "b.parquet"
+        junk.write_bytes(b"" if setup == "empty_file" else b"these bytes are not parquet")
     elif setup == "folder_with_labels":
         _write(folder / "a.parquet", labels, probs)
         np.save(tmp_path / "labels.npy", labels)

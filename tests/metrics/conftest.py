@@ -27,7 +27,7 @@ def _one_shot_metrics(labels, probs, n_bins=15):
         "smooth_ece": metrics.smooth_calibration_error(labels, probs),
         "nll": metrics.negative_log_likelihood(labels, probs),
         "brier": metrics.brier_score(labels, probs),
-        "overconfidence": float(np.mean(confidence, dtype=np.float64)) - accuracy,
+        "signed_ece": float(np.mean(confidence, dtype=np.float64)) - accuracy,
         "debiased_ece": metrics.debiased_calibration_error(labels, probs, **binned),
         "overconfidence_error": metrics.overconfidence_error(labels, probs, **binned),
         "underconfidence_error": metrics.underconfidence_error(labels, probs, **binned),

@@ -82,7 +82,7 @@ def test_clearly_better_calibrator_is_significant():
 
 def test_values_are_the_public_functions():
     y, sharp, soft = _multiclass(200, 2)
-    table = compare(y, {"sharp": sharp, "soft": soft}, metrics=COMPARE_METRICS, n_bootstraps=5)
+    table = compare(y, {"sharp": sharp, "soft": soft}, metrics=COMPARE_METRICS, n_bootstraps=40)
     for metric in COMPARE_METRICS:
         for name, p in (("sharp", sharp), ("soft", soft)):
             assert table.loc[(name, metric), "value"] == _by_public_function(metric, y, p)
@@ -155,7 +155,7 @@ def test_reproducible_with_random_state():
 def test_reference_and_layout():
     y, sharp, soft = _multiclass(100, 5)
     table = compare(
-        y, {"sharp": sharp, "soft": soft}, metrics="nll", reference="soft", n_bootstraps=20
+        y, {"sharp": sharp, "soft": soft}, metrics="nll", reference="soft", n_bootstraps=40
     )
     assert list(table.index) == [("sharp", "nll"), ("soft", "nll")]
     assert table.index.names == ["method", "metric"]
@@ -210,3 +210,45 @@ def test_bad_input(kwargs, message):
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=message):
         compare([0, 1], **arguments)
+
+
+def test_one_row_is_refused():
+    # Every resample of one row is that row: zero-width intervals, whatever the noise.
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        compare([1], {"a": [0.9], "b": [0.6]}, metrics=["brier"], n_bootstraps=100)
+
+
+def test_too_few_replicates_call_nothing_significant():
+    y, p = _calibrated_binary(3000, 1)
+    predictions = {"raw": p**3, "calibrated": p}
+    # The same comparison is clearly significant with enough replicates ...
+    enough = compare(y, predictions, metrics=["brier"], n_bootstraps=40, random_state=0)
+    assert enough.loc[("calibrated", "brier"), "significant"]
+    # ... but one replicate is a zero-width "interval", which can exclude the estimate.
+    with pytest.warns(UserWarning, match="n_bootstraps=1 is too few .* at least 40"):
+        table = compare(y, predictions, metrics=["brier"], n_bootstraps=1, random_state=0)
+    row = table.loc[("calibrated", "brier")]
+    assert row["difference_ci_low"] == row["difference_ci_high"]
+    assert not table["significant"].any()
+    assert compare_module.fewest_bootstraps(0.5) == 4
+    assert compare_module.fewest_bootstraps(0.99) == 200
+
+
+def test_one_dimensional_and_two_column_forms_compare_as_equal():
+    y, p = _calibrated_binary(500, 6)
+    columns = np.column_stack([1 - p, p])
+    table = compare(y, {"1-D": p, "columns": columns}, metrics=COMPARE_METRICS, n_bootstraps=50)
+    assert (table["difference"] == 0).all()
+    assert (table["difference_ci_low"] == 0).all() and (table["difference_ci_high"] == 0).all()
+    assert not table["significant"].any()
+    # Read as two columns, the Brier score is the two-column one (twice the 1-D value).
+    assert table.loc[("1-D", "brier"), "value"] == pytest.approx(2 * brier_score(y, p), rel=1e-12)
+    # One form only: each method's value is its function's.
+    alone = compare(y, {"a": p, "b": p**2}, metrics=["brier"], n_bootstraps=50)
+    assert alone.loc[("a", "brier"), "value"] == brier_score(y, p)
+
+
+def test_methods_of_different_class_counts_are_refused():
+    y, sharp, _ = _multiclass(50, 7)
+    with pytest.raises(ValueError, match="different numbers of classes"):
+        compare(y % 2, {"binary": sharp[:, 0], "three": sharp}, n_bootstraps=50)

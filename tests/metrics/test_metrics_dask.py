@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -69,7 +70,9 @@ def test_merged_state_is_the_loop_over_partitions_exactly(client, data, one_shot
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_every_metric_function_accepts_dask_arrays(client, data, name):
     labels, probs = data
-    function = FUNCTIONS[name]
+    # The public face: the table holds the NumPy definitions, reliacal.metrics wraps them.
+    function = getattr(metrics, FUNCTIONS[name].__name__)
+    assert inspect.unwrap(function) is FUNCTIONS[name]
     dask_labels, dask_probs = _dask_arrays(labels, probs)
     expected = function(labels, probs)
     assert function(dask_labels, dask_probs) == pytest.approx(expected, rel=1e-12, abs=1e-15)
@@ -115,12 +118,13 @@ def test_string_labels_and_binary_input(client):
 
 def test_empty_partitions_are_skipped(client, data):
     labels, probs = data
-    frame = pd.DataFrame(probs[:50], columns=list("abcde")).assign(label=labels[:50])
+    columns = [f"p{k}" for k in range(5)]
+    frame = pd.DataFrame(probs[:50], columns=columns).assign(label=labels[:50])
     frame = dd.from_pandas(frame, npartitions=4)
     # Filtering leaves the first partitions empty.
     frame = frame.map_partitions(lambda part: part[part.index >= 30])
     assert frame.map_partitions(len).compute().tolist()[0] == 0
-    value = metrics.negative_log_likelihood(frame["label"], frame[list("abcde")])
+    value = metrics.negative_log_likelihood(frame["label"], frame[columns])
     assert value == pytest.approx(metrics.negative_log_likelihood(labels[30:50], probs[30:50]))
 
 
@@ -147,12 +151,95 @@ def test_unknown_arguments_raise_as_in_memory(client, data):
         metrics.accuracy(*_dask_arrays(*data), n_bins=3)
 
 
-def test_frames_with_different_partitions_raise(client, data):
+def test_frames_with_different_partitions_are_matched_by_index(client, data):
+    # Two frames of the same rows, partitioned differently: joined by index, as pandas'
+    # assign joins them, so the labels meet their own rows.
     labels, probs = data
     dask_labels, _ = _frame(labels, probs, npartitions=3)
     _, dask_probs = _frame(labels, probs, npartitions=5)
-    with pytest.raises(ValueError, match="partitions"):
+    report = calibration_report(dask_labels, {"m": dask_probs})
+    expected = calibration_report(labels, {"m": probs})
+    np.testing.assert_allclose(report.to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+def _write_parquet_folder(folder, labels, probs, n_files):
+    folder.mkdir()
+    columns = [f"p{k}" for k in range(probs.shape[1])]
+    for index, rows in enumerate(np.array_split(np.arange(labels.shape[0]), n_files)):
+        part = pd.DataFrame(probs[rows], columns=columns).assign(label=labels[rows])
+        part.to_parquet(folder / f"part-{index:02d}.parquet")
+    return columns
+
+
+def test_a_parquet_folder_of_several_files(client, tmp_path):
+    # The label column alone is small: Dask reads it in fewer, larger partitions than the
+    # probability columns, so the two selections do not line up partition by partition.
+    rng = np.random.default_rng(8)
+    probs = softmax(rng.normal(scale=2.0, size=(3000, 10)))
+    labels = rng.integers(0, 10, size=3000)
+    columns = _write_parquet_folder(tmp_path / "predictions", labels, probs, n_files=10)
+    frame = dd.read_parquet(tmp_path / "predictions")
+    expected = calibration_report(labels, {"model": probs})
+    report = calibration_report(frame["label"], {"model": frame[columns]})
+    np.testing.assert_allclose(report.to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-15)
+    # As arrays of unknown chunk sizes: the sizes are measured and the labels rechunked.
+    as_arrays = calibration_report(
+        frame["label"].to_dask_array(), {"model": frame[columns].to_dask_array()}
+    )
+    np.testing.assert_allclose(as_arrays.to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_frame_columns_are_matched_to_classes_by_name(client, data):
+    labels, probs = data
+    shuffled = [f"p{k}" for k in (2, 0, 4, 1, 3)]
+    frame = pd.DataFrame(probs, columns=[f"p{k}" for k in range(5)])[shuffled]
+    dask_probs = dd.from_pandas(frame, npartitions=4)
+    dask_labels = dd.from_pandas(pd.Series(labels), npartitions=4)
+    expected = metrics.expected_calibration_error(labels, probs)
+    assert metrics.expected_calibration_error(dask_labels, dask_probs) == pytest.approx(
+        expected, rel=1e-12
+    )
+    assert metrics.expected_calibration_error(labels, dask_probs) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("form", ["array", "frame"])
+def test_a_bad_row_is_reported_by_its_row_in_the_whole_input(client, data, form):
+    labels, probs = data
+    probs = probs.copy()
+    probs[2250, 1] = np.nan  # in the fourth chunk of ROW_CHUNKS, its row 249 there
+    if form == "array":
+        dask_labels, dask_probs = _dask_arrays(labels, probs)
+    else:
+        dask_labels, dask_probs = _frame(labels, probs, npartitions=7)
+    with pytest.raises(ValueError, match=r"NaN \(first in row 2250\)"):
         metrics.accuracy(dask_labels, dask_probs)
+
+
+def test_a_missing_label_is_named(client, data):
+    labels, probs = data
+    with_gap = labels.astype(np.float64)
+    with_gap[1500] = np.nan
+    dask_labels = dd.from_pandas(pd.Series(with_gap), npartitions=4)
+    dask_probs = dd.from_pandas(pd.DataFrame(probs), npartitions=4)
+    with pytest.raises(ValueError, match=r"missing label .*first in row 1500\)"):
+        metrics.negative_log_likelihood(dask_labels, dask_probs)
+    nullable = dd.from_pandas(pd.Series(labels, dtype="Int64").mask(pd.Series(labels) == 3))
+    first = int(np.flatnonzero(labels == 3)[0])
+    with pytest.raises(ValueError, match=rf"missing labels .*first in row {first}\)"):
+        calibration_report(nullable, {"m": dask_probs})
+
+
+def test_empty_input_is_named(client):
+    empty_labels = da.from_array(np.zeros(0, dtype=np.int64))
+    empty_probs = da.from_array(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="empty"):
+        metrics.expected_calibration_error(empty_labels, empty_probs)
+    frame = dd.from_pandas(pd.DataFrame({"p0": [0.5], "p1": [0.5], "label": [0]}), npartitions=1)
+    frame = frame[frame["label"] > 0]
+    with pytest.raises(ValueError, match="empty"):
+        calibration_report(frame["label"], {"m": frame[["p0", "p1"]]})
 
 
 def test_importing_the_metrics_does_not_import_dask():
@@ -167,8 +254,13 @@ def test_importing_the_metrics_does_not_import_dask():
 def test_states_travel_between_worker_processes(data, local_dask_client):
     # Worker processes: the per-partition states are pickled to the client.
     labels, probs = data
+    bad = probs.copy()
+    bad[3500, 0] = np.nan
     with local_dask_client(processes=True):
         dask_labels, dask_probs = _dask_arrays(labels, probs)
         report = calibration_report(dask_labels, {"m": dask_probs})
+        # A refused partition travels back too, and its row is counted in the whole input.
+        with pytest.raises(ValueError, match=r"first in row 3500\)"):
+            metrics.accuracy(*_dask_arrays(labels, bad))
     expected = calibration_report(labels, {"m": probs})
     np.testing.assert_allclose(report.to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-15)

@@ -19,13 +19,13 @@ from reliacal.metrics import (
     softmax,
     spiegelhalter_test,
 )
-from reliacal.metrics._modes import MODES
 from reliacal.metrics._registry import METRICS, NEED_SAMPLES, REPORT_COLUMNS, STREAMABLE
+from reliacal.metrics.modes import MODES
 from reliacal.plot import ReliabilityDisplay
 
 # The state's metrics and the scorer names as they were before the table existed
 # (test_metrics_report.py pins the report's columns).
-HISTORIC_STREAMABLE = ["accuracy", "ece", "classwise_ece", "mce", "nll", "brier", "overconfidence"]
+HISTORIC_STREAMABLE = ["accuracy", "ece", "classwise_ece", "mce", "nll", "brier", "signed_ece"]
 HISTORIC_KEPT = ["adaptive_ece", "debiased_ece", "smooth_ece"]
 HISTORIC_SCORERS = [
     "accuracy",
@@ -69,7 +69,7 @@ def test_each_metric_of_the_table_equals_its_public_function(dtype, n_classes):
     independent = {
         # Metrics without a function of their own, against their definitions.
         "adaptive_ece": expected_calibration_error(labels, probs, strategy="quantile"),
-        "overconfidence": float(np.mean(probs.max(axis=1), dtype=np.float64))
+        "signed_ece": float(np.mean(probs.max(axis=1), dtype=np.float64))
         - float(np.mean(probs.argmax(axis=1) == labels)),
         "spiegelhalter_z": spiegelhalter_test(labels, probs).statistic,
         "spiegelhalter_p": spiegelhalter_test(labels, probs).pvalue,

@@ -26,7 +26,7 @@ COLUMNS = [
     "smooth_ece",
     "nll",
     "brier",
-    "overconfidence",
+    "signed_ece",
     # Issue 19: Spiegelhalter's test streams from sums; the sorted metrics need samples.
     "spiegelhalter_z",
     "spiegelhalter_p",

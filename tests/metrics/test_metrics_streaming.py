@@ -49,7 +49,7 @@ def test_merged_workers_equal_one_shot(one_shot_metrics):
         "mce",
         "nll",
         "brier",
-        "overconfidence",
+        "signed_ece",
         "overconfidence_error",
         "underconfidence_error",
         "spiegelhalter_z",
@@ -183,3 +183,28 @@ def test_sorted_metrics_do_not_stream(name):
     kept = CalibrationState(keep_confidences=True)
     kept.update(HAND_LABELS[:2], HAND_PROBS[:2]).update(HAND_LABELS[2:], HAND_PROBS[2:])
     assert name in kept.compute()
+
+
+def test_one_state_takes_one_form_of_binary_batches():
+    # The same predictions as 1-D and as two columns: their Brier scores differ by a factor
+    # of 2, so a state holding both would report neither value.
+    y = np.array([0, 1, 1, 0])
+    positive = np.array([0.2, 0.7, 0.6, 0.4])
+    columns = np.column_stack([1 - positive, positive])
+    # By hand: (0.04 + 0.09 + 0.16 + 0.16) / 4 = 0.1125 in 1-D, twice that in two columns.
+    assert CalibrationState().update(y, positive).compute(["brier"])["brier"] == pytest.approx(
+        0.1125, rel=1e-14
+    )
+    assert CalibrationState().update(y, columns).compute(["brier"])["brier"] == pytest.approx(
+        0.225, rel=1e-14
+    )
+    with pytest.raises(ValueError, match="1-D positive-class probabilities but the state"):
+        CalibrationState().update(y, columns).update(y, positive)
+    with pytest.raises(ValueError, match="two columns but the state holds 1-D"):
+        CalibrationState().update(y, positive).update(y, columns)
+    one_dimensional = CalibrationState().update(y, positive)
+    with pytest.raises(ValueError, match="same form"):
+        CalibrationState().update(y, columns).merge(one_dimensional)
+    # One form throughout is fine, and an empty state merges into either.
+    merged = CalibrationState().merge(one_dimensional).update(y, positive)
+    assert merged.compute(["brier"])["brier"] == pytest.approx(0.1125, rel=1e-14)

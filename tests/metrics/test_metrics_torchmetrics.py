@@ -154,3 +154,38 @@ def test_ddp_ranks_synchronise_the_sums(tmp_path):
         assert result["ece"] == pytest.approx(expected, rel=1e-12)
         # Each rank kept its own two batches: only compute() saw the summed state.
         assert result["local_count"] == 2 * 500
+
+
+def test_batches_of_different_class_counts_are_refused():
+    # The bins of a 3-class and a 10-class problem do not add up to one ECE.
+    three = (torch.tensor([[0.7, 0.2, 0.1]]), torch.tensor([0]))
+    ten = (torch.full((1, 10), 0.1), torch.tensor([3]))
+    metric = BinnedCalibrationError()
+    metric.update(*three)
+    with pytest.raises(ValueError, match="batch has 10 classes but the metric has 3"):
+        metric.update(*ten)
+    unchecked = BinnedCalibrationError(validate_args=False)
+    unchecked.update(*three)
+    with pytest.raises(ValueError, match="10 classes"):
+        unchecked.update(*ten)
+    # forward() resets before its batch: the merge of the batch into the total refuses it.
+    stepped = BinnedCalibrationError()
+    stepped(*three)
+    with pytest.raises(ValueError, match="different numbers of classes"):
+        stepped(*ten)
+    # So do merged states (as DDP ranks' are) ...
+    other = BinnedCalibrationError()
+    other.update(*ten)
+    first = BinnedCalibrationError()
+    first.update(*three)
+    with pytest.raises(ValueError, match=r"different numbers of classes \[3, 10\]"):
+        first.merge_state(other)
+    # ... and a merged-into empty metric keeps the class count it received.
+    empty = BinnedCalibrationError()
+    empty.merge_state(other)
+    with pytest.raises(ValueError, match="the metric has 10"):
+        empty.update(*three)
+    # reset() starts a new problem.
+    metric.reset()
+    metric.update(*ten)
+    assert float(metric.compute()) == pytest.approx(0.1, rel=1e-6)  # confidence 0.1, wrong

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import zipfile
 
@@ -10,11 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.frozen import FrozenEstimator
 from timm.models.vision_transformer import VisionTransformer
 
 import reliacal
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import AdaptiveTS, AutoCalibrator, MatrixScaling, TemperatureScaling
+from reliacal.datasets import make_logits
 from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 from reliacal.persistence import FORMAT_VERSION, save
 
@@ -97,7 +100,7 @@ def test_unfitted_estimator_round_trips_its_parameters(tmp_path):
 def test_calibrated_classifier_of_reliacal_estimators(load_record, tmp_path, no_pickle):
     probs, labels = load_record("lenet-5-cifar-10")
     inner = TemperatureScaling(input="probs").fit(probs[:2000], labels[:2000])
-    model = CalibratedClassifier(inner, method="isotonic", cv="prefit").fit(
+    model = CalibratedClassifier(FrozenEstimator(inner), method="isotonic").fit(
         probs[2000:4000], labels[2000:4000]
     )
     model.save(tmp_path / "cc")
@@ -107,13 +110,17 @@ def test_calibrated_classifier_of_reliacal_estimators(load_record, tmp_path, no_
 def test_foreign_estimators_and_callables_are_refused(tmp_path):
     from sklearn.linear_model import LogisticRegression
 
-    X = np.random.default_rng(0).normal(size=(60, 2))
-    y = (X[:, 0] > 0).astype(int)
-    model = CalibratedClassifier(LogisticRegression(), cv=2).fit(X, y)
-    with pytest.raises(ValueError, match="LogisticRegression, which reliacal cannot save"):
-        model.save(tmp_path / "cc")
+    # A scikit-learn classifier alone is joblib's to save (inside CalibratedClassifier it is
+    # pickled, and loads only when trusted: tests/persistence/test_hostile_files.py).
+    with pytest.raises(ValueError, match="not a LogisticRegression.*joblib.dump"):
+        save(LogisticRegression(), tmp_path / "lr")
     with pytest.raises(ValueError, match="random_state"):
         AutoCalibrator(random_state=np.random.RandomState(0)).save(tmp_path / "auto")
+    model = TemperatureScaling()
+    model.callback_ = print
+    with pytest.raises(ValueError, match="callback_ is a builtin_function_or_method"):
+        model.save(tmp_path / "ts")
+    assert list(tmp_path.iterdir()) == []
 
 
 def fitted_temperature(tmp_path):
@@ -147,7 +154,14 @@ def test_a_manifest_naming_foreign_code_is_refused(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["estimator"]["$estimator"] = "os.system"
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="'os.system', which is not reliacal's"):
+    with pytest.raises(ValueError, match="manifest.json was modified after saving"):
+        reliacal.load(path)
+    # Also when the edit recomputes the manifest's checksum, as the format documents it.
+    body = {key: value for key, value in manifest.items() if key != "sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    manifest["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="'os.system', which is not a class reliacal saves"):
         reliacal.load(path)
 
 
@@ -250,3 +264,18 @@ def test_saving_and_loading_a_numpy_calibrator_leaves_torch_unloaded(tmp_path, t
         """
     )
     assert loaded == []
+
+
+def test_a_frozen_reliacal_estimator_is_stored_as_data(tmp_path, no_pickle):
+    # FrozenEstimator is scikit-learn's way to say "prefit"; around a reliacal estimator it
+    # holds nothing that needs pickle.
+    logits, labels = make_logits(600, 3, random_state=0)
+    inner = TemperatureScaling().fit(logits[:200], labels[:200])
+    model = CalibratedClassifier(FrozenEstimator(inner), method="isotonic").fit(
+        logits[200:400], labels[200:400]
+    )
+    model.save(tmp_path / "frozen")
+    loaded = reliacal.load(tmp_path / "frozen")
+    assert type(loaded.estimator) is FrozenEstimator
+    assert loaded.estimator.estimator.temperature_ == inner.temperature_
+    np.testing.assert_array_equal(loaded.predict_proba(logits), model.predict_proba(logits))

@@ -1,12 +1,26 @@
 """The one vocabulary of calibration modes: which probability is judged against what.
 
 Every function that takes ``mode=`` accepts a subset of these names, listed here
-so that the metrics, the streaming state and the plots cannot drift apart.
+so that the metrics, the streaming state and the plots cannot drift apart. Public,
+so that the layers above (the reliability diagrams) validate ``mode=`` with the same
+names and messages as the metrics.
 """
 
 from __future__ import annotations
 
 from reliacal._validation import check_option
+
+__all__ = [
+    "CLASS",
+    "CLASSWISE",
+    "ERROR_MODES",
+    "MODES",
+    "PLOT_MODES",
+    "POSITIVE",
+    "SCORE_MODES",
+    "TOP_LABEL",
+    "check_mode",
+]
 
 TOP_LABEL = "top-label"
 POSITIVE = "positive"
