@@ -345,8 +345,12 @@ def fit_stacked(
     batch_size = int(config.batch_size)
 
     def new_optimizer(state=None):
+        # foreach: one call per operation over every tensor, the same numbers as one by one.
         optimizer = torch.optim.AdamW(
-            stack.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+            stack.parameters(),
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
+            foreach=True,
         )
         if state is not None:
             optimizer.load_state_dict(state)
@@ -478,12 +482,13 @@ def _check_step(stack, losses, active, networks, epoch, step) -> None:
     Checked before the optimiser's step: the live weights are those that met the batch.
     """
     with torch.no_grad():
+        grads = [p.grad for p in stack.parameters() if p.grad is not None]
+        # One norm over every gradient: finite on almost every step, then nothing to find.
+        if bool(torch.isfinite(losses.sum() + torch.nn.utils.get_total_norm(grads))):
+            return
         bad = ~torch.isfinite(losses.detach())
-        for parameter in stack.parameters():
-            if parameter.grad is not None:
-                bad |= ~torch.isfinite(parameter.grad.flatten(1)).all(dim=1)
-    if not bool(bad.any()):
-        return
+        for grad in grads:
+            bad |= ~torch.isfinite(grad.flatten(1)).all(dim=1)
     position = int(torch.nonzero(bad)[0])
     member = active[position]
     network = networks[member]
