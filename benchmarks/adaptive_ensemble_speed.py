@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: |",
     ]
     ratios = []
+    todo = [(record, seed) for record in args.records for seed in args.seeds]
+    done: set = set()
     for record in args.records:
         with np.load(DATA_DIR / f"{record}.npz") as data:
             logits = log_probabilities(data["predictions"])
@@ -106,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
                 + " / ".join(f"{rows[name]['nll']:.4f}" for name in FITS)
                 + f" | {gap:.1e} |"
             )
+            done.add((record, seed))
+            pending = [f"{name} split {s}" for name, s in todo if (name, s) not in done]
+            write_report(argv, load_before, table, ratios, pending, args.output)
+    return 0
+
+
+def write_report(argv, load_before, table, ratios, pending, output) -> None:
+    """The results so far: rewritten after every split, so a stopped run keeps its rows."""
     to_one, to_sequential = np.array(ratios).T
     report = [
         *_common.header(
@@ -127,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         "by one.",
         "",
     ]
-    _common.write_results("\n".join(report), args.output)
-    return 0
+    if pending:
+        report += [f"Not measured (the run stopped before them): {', '.join(pending)}.", ""]
+    _common.write_results("\n".join(report), output)
 
 
 if __name__ == "__main__":

@@ -496,7 +496,7 @@ def _check_step(stack, losses, active, networks, epoch, step) -> None:
     network.to("cpu").eval()
     error = TrainingDivergedError(
         f"training diverged at epoch {epoch + 1}, step {step + 1}: "
-        f"loss={float(losses[position])}; the weights from before this step were kept. "
+        f"loss={float(losses[position].detach())}; the weights from before this step were kept. "
         "Lower learning_rate, or check the inputs and loss for NaN/inf."
     )
     error.module, error.member_index = network, member

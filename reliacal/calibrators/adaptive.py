@@ -357,10 +357,11 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         :func:`reliacal.training.fit_module` would draw and select them for
         that member alone; a member that stops leaves the stack.
         ``"sequential"``: one after another with
-        :func:`reliacal.training.fit_module`. The two give the same members
-        up to the rounding of the batched products, which training can
-        amplify; ``"batched"`` because it fits several members in about the
-        time of the slowest one
+        :func:`reliacal.training.fit_module`. The two draw the same
+        mini-batches, latent samples and splits; they differ by the rounding
+        of the batched products, which training can amplify over many epochs
+        until a member stops at another epoch. ``"batched"`` because the
+        members cost one forward and backward pass per step together
         (``benchmarks/results/adaptive_ensemble_speed.md``). One member
         always trains with :func:`reliacal.training.fit_module`.
     loss : "elbo" or callable, default="elbo"
