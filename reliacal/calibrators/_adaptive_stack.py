@@ -416,8 +416,9 @@ def fit_stacked(
                     "lr": config.learning_rate,
                 }
                 if scores is not None:
-                    # What fit_module's validation pass draws from torch's generator.
-                    torch.empty((), dtype=torch.int64).random_(generator=generators[m])
+                    if generators[m].device.type == "cpu":
+                        # What fit_module's validation loader draws from torch's CPU generator.
+                        torch.empty((), dtype=torch.int64).random_(generator=generators[m])
                     logs.update({f"val_{name}": value[position] for name, value in scores.items()})
                     best = (
                         None if record.best_state is None else record.history[record.best_epoch - 1]
