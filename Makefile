@@ -30,9 +30,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check reliacal tests benchmarks examples docs .ci
 
 # The documentation site in docs/_build/html; any warning (a broken reference, a docstring
-# that does not render, a gallery example that fails) fails the build.
+# that does not render, a gallery example that fails) fails the build, and so does a broken
+# internal link or anchor of the built pages (checked offline: linkcheck needs the network).
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	$(BIN)/python docs/check_links.py docs/_build/html
 
 # Build the sdist and the wheel, install the wheel alone in a fresh venv, smoke-test it.
 wheel: $(STAMP)

@@ -1,8 +1,9 @@
 """The WordNet text task that the MiniLM benchmarks share: data, model, metrics, DIRECTOR.
 
 ``text_wordnet.py`` reports on it; ``tune_calattn_wordnet.py``,
-``tune_director_wordnet.py`` and ``calattn_cost_minilm.py`` reuse its splits,
-budget, loaders, pre-trained MiniLM, metrics and DIRECTOR fit from here (a
+``tune_director_wordnet.py``, ``calattn_cost_minilm.py`` and
+``director_compression.py`` reuse its splits, budget, loaders, pre-trained
+MiniLM, fine-tuning, metrics and DIRECTOR fit from here (a
 benchmark script imports helper modules, never another script).
 
 The task: tell a noun synset's lexicographer category (26 of them) from its
@@ -24,7 +25,7 @@ from sklearn.metrics import roc_auc_score
 from torch.utils.data import DataLoader, Dataset
 
 from reliacal.datasets import load_wordnet_glosses
-from reliacal.finetune import DiffusionReconfigurer
+from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
 from reliacal.metrics import (
     accuracy,
     brier_score,
@@ -255,6 +256,38 @@ def pretrained_minilm(n_classes: int, seed: int):
     )
 
 
+def finetuner(budget: Budget, seed: int, n_classes: int, *, head, lambda_brier: float, **options):
+    """CalAttnFinetuner with the benchmark's budget; ``options`` override any setting."""
+    settings = dict(
+        base_loss="ce",
+        max_epochs=budget.epochs,
+        batch_size=budget.batch_size,
+        learning_rate=budget.learning_rate,
+        weight_decay=0.01,
+        warmup_epochs=budget.warmup_epochs,
+        validation_fraction=VALIDATION_FRACTION,
+        selection_metric="nll",
+        device="cpu",
+        random_state=seed,
+        verbose=budget.verbose,
+    )
+    return CalAttnFinetuner(
+        pretrained_minilm(n_classes, seed),
+        calibration_head=head,
+        lambda_brier=lambda_brier,
+        **{**settings, **options},
+    )
+
+
+def fitted_transformer(model: CalAttnFinetuner):
+    """The fine-tuned Hugging Face model inside a fitted CalAttnFinetuner."""
+    return model.network_.backbone.model
+
+
+def count(module: torch.nn.Module) -> int:
+    return int(sum(p.numel() for p in module.parameters()))
+
+
 def n_paths_kwargs(n: int) -> dict:
     """DIRECTOR's number of sampled paths at prediction (the one place that names it)."""
     return {"n_draws": n}
@@ -279,6 +312,30 @@ def cached_teacher(data, budget, seed) -> tuple[torch.nn.Module, dict]:
     teacher = pretrained_minilm(data["n_classes"], seed)
     teacher.load_state_dict(cached["state_dict"])
     return teacher.eval(), cached
+
+
+def teacher_logits(seed: int, budget: Budget, wordnet_dir=None) -> tuple[np.ndarray, np.ndarray]:
+    """The cached baseline's logits and labels on the calibration and test glosses of ``seed``.
+
+    What a post-hoc calibrator of the fine-tuned MiniLM sees (3,500 rows at the
+    default budget); computed once (a minute of MiniLM inference) and cached
+    beside the baseline.
+    """
+    path = CACHE / f"logits-seed{seed}-{budget.n_train}x{budget.epochs}.npz"
+    if path.exists():
+        with np.load(path) as stored:
+            return stored["logits"], stored["labels"]
+    data = build_data(budget, seed, wordnet_dir)
+    teacher, _ = cached_teacher(data, budget, seed)
+    logits, labels = [], []
+    with torch.no_grad():
+        for part in ("calibration", "test"):
+            for batch in loader(data, part, 64):
+                labels.append(batch.pop("labels").numpy())
+                logits.append(teacher(**batch).logits.double().numpy())
+    logits, labels = np.concatenate(logits), np.concatenate(labels)
+    np.savez(path, logits=logits, labels=labels)
+    return logits, labels
 
 
 def fitted_director(data, budget, seed, **options) -> tuple[DiffusionReconfigurer, float, dict]:

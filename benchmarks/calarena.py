@@ -21,8 +21,11 @@ are scored in float64, as ours):
   problem, their probabilities on the other 60% split ``--splits`` times
   into calibration / test halves (stratified).
 
-The MiniLM noun logits of ``text_wordnet.py`` are not run: producing them
-means encoding WordNet with the transformer, minutes on this machine.
+- the MiniLM of ``text_wordnet.py`` (seed 0's baseline, fine-tuned on WordNet
+  noun glosses; its cached weights come from ``text_wordnet.py --seed 0``, and
+  the problem is skipped without them): its logits on the 3,500 calibration and
+  test glosses, split ``--splits`` times into 1,500 / 2,000 (``--no-minilm``
+  leaves it out).
 
 For each case the test log loss (NLL), top-label ECE (15 equal-width bins,
 %), Brier score, the fit time and the predict time (process CPU time, one
@@ -36,11 +39,14 @@ package).
 Run from the repository root:
 
     .venv/bin/python benchmarks/calarena.py [--quick] [--splits 5] [--no-digits]
-        [--no-tabular] [--records ...] [--output benchmarks/results/calarena.md]
+        [--no-tabular] [--no-minilm] [--auto-only] [--candidate-sets ...] [--records ...] [--output benchmarks/results/calarena.md]
 
-``--quick`` is a sanity run: two splits, one record, one tabular problem and
-classifier, the digits model trained 3 epochs; nothing written unless
-``--output`` is given.
+``--auto-only`` runs TemperatureScaling (the reference of the win rates) and the
+AutoCalibrator rows only, the comparison of candidate sets, into ``calarena_auto.md``;
+``--candidate-sets 0 2`` runs the AutoCalibrator rows of those indices of
+``CANDIDATE_SETS`` only. ``--quick`` is a sanity
+run: two splits, one record, one tabular problem and classifier, the digits model
+trained 3 epochs; nothing written unless ``--output`` is given.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ from reliacal.calibrators import (
     TemperatureScaling,
     VectorScaling,
     VennAbersCalibration,
+    make_calibrator,
 )
 from reliacal.metrics import brier_score, expected_calibration_error, negative_log_likelihood
 
@@ -90,6 +97,7 @@ RECORDS = (
 )
 CALIBRATION_SIZE = 5000
 DIGITS_CALIBRATION_SIZE = 360
+MINILM_CALIBRATION_SIZE = 1500
 # Unregularised matrix scaling (ours and probmetrics') is left out above this many classes:
 # 10,100 parameters on 5,000 rows overfit and take minutes per fit.
 MAX_CLASSES_FOR_MATRIX = 20
@@ -238,46 +246,65 @@ def methods() -> dict[str, Method]:
             "venn-abers (one-vs-all)",
         ),
         "SplineCalibration": Method(lambda k: SplineCalibration()),
-        "AutoCalibrator (defaults without AdaptiveTS)": Method(
-            lambda k: AutoCalibrator(candidates=_default_candidates(k))
-        ),
-        "AutoCalibrator {TS, SVS, SMS}": Method(lambda k: AutoCalibrator(candidates=_set_a())),
-        "AutoCalibrator {TS, SVS, SMS, VS, ETS, iso, VA, quad}": Method(
-            lambda k: AutoCalibrator(candidates=_set_b())
-        ),
+        **{
+            _auto_name(names): Method(
+                lambda k, names=names: AutoCalibrator(candidates=_set(names, k))
+            )
+            for names in CANDIDATE_SETS
+        },
     }
 
 
-def _default_candidates(n_classes: int) -> dict:
-    """AutoCalibrator's default candidates but AdaptiveTS (a network per fold: minutes)."""
-    candidates = {
-        "temperature": TemperatureScaling(),
-        "vector": VectorScaling(),
-        "ets": EnsembleTemperatureScaling(),
-        "isotonic": IsotonicCalibration(),
-    }
-    if n_classes <= 20:
-        candidates["matrix"] = MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0)
+# AutoCalibrator's candidate sets, by names of the table of methods. The first is the default
+# set before SVS and SMS joined it; AdaptiveTS is left out of all (it trains a network per
+# fold: minutes per fit at 5,000 rows).
+CANDIDATE_SETS = (
+    ("temperature", "vector", "matrix", "isotonic", "ets"),
+    ("temperature", "svs", "sms"),
+    ("temperature", "vector", "matrix", "svs", "sms", "isotonic", "ets"),
+    ("temperature", "vector", "matrix", "svs", "sms", "ets"),
+    ("temperature", "svs", "sms", "vector", "ets", "isotonic", "venn-abers", "quadratic"),
+    # SVS and SMS above two classes only, where they are more than penalised VS and MS.
+    ("temperature", "vector", "matrix", "svs>2", "sms>2", "isotonic", "ets"),
+)
+SHORT_NAMES = {
+    "temperature": "TS",
+    "vector": "VS",
+    "matrix": "MS-ODIR",
+    "svs": "SVS",
+    "sms": "SMS",
+    "isotonic": "iso",
+    "ets": "ETS",
+    "venn-abers": "VA",
+    "quadratic": "quad",
+    "svs>2": "SVS (K > 2)",
+    "sms>2": "SMS (K > 2)",
+}
+
+
+def _candidate(name: str):
+    """The table's calibrator ``name``; MatrixScaling as the ODIR candidate it has been."""
+    if name == "matrix":
+        return MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0)
+    return make_calibrator(name)
+
+
+def _set(names, n_classes: int) -> dict:
+    """The candidates ``names``; ODIR MatrixScaling only up to 20 classes, as by default, and
+    a name ``"svs>2"`` only above two classes."""
+    candidates = {}
+    for name in names:
+        name, _, above = name.partition(">")
+        if name == "matrix" and n_classes > MAX_CLASSES_FOR_MATRIX:
+            continue
+        if above and n_classes <= int(above):
+            continue
+        candidates[name] = _candidate(name)
     return candidates
 
 
-def _set_a() -> dict:
-    return {
-        "temperature": TemperatureScaling(),
-        "svs": StructuredVectorScaling(),
-        "sms": StructuredMatrixScaling(),
-    }
-
-
-def _set_b() -> dict:
-    return {
-        **_set_a(),
-        "vector": VectorScaling(),
-        "ets": EnsembleTemperatureScaling(),
-        "isotonic": IsotonicCalibration(),
-        "venn-abers": VennAbersCalibration(),
-        "quadratic": QuadraticScaling(),
-    }
+def _auto_name(names) -> str:
+    return "AutoCalibrator {" + ", ".join(SHORT_NAMES[name] for name in names) + "}"
 
 
 # Problems --------------------------------------------------------------------------------
@@ -289,7 +316,7 @@ class Problem(NamedTuple):
     probabilities: np.ndarray
     labels: np.ndarray
     splits: list
-    kind: str  # "CIFAR", "digits" or "tabular"
+    kind: str  # "CIFAR", "digits", "text" or "tabular"
 
 
 def _normalised(probabilities) -> np.ndarray:
@@ -337,6 +364,23 @@ def digits_problem(seeds, quick: bool, log) -> tuple[Problem, float]:
     probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
     splits = _stratified_splits(labels, DIGITS_CALIBRATION_SIZE, seeds)
     return Problem(_normalised(probabilities), labels, splits, "digits"), seconds
+
+
+def minilm_problem(seeds, log) -> Problem | None:
+    """The fine-tuned MiniLM's probabilities on WordNet noun glosses; None without its cache."""
+    import _wordnet_task
+
+    budget = _wordnet_task.Budget()
+    if not _wordnet_task.teacher_path(0, budget).exists():
+        log("MiniLM nouns skipped: run text_wordnet.py --seed 0 first (it caches the model)")
+        return None
+    logits, labels = _wordnet_task.teacher_logits(0, budget)
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    splits = []
+    for seed in seeds:
+        order = np.random.default_rng(seed).permutation(len(labels))
+        splits.append((order[:MINILM_CALIBRATION_SIZE], order[MINILM_CALIBRATION_SIZE:]))
+    return Problem(_normalised(probabilities), labels, splits, "text")
 
 
 def classifiers() -> dict:
@@ -512,7 +556,7 @@ def against_ts(all_results: dict, problems: dict, kinds) -> dict[str, tuple[floa
 
 def summary_table(all_results, problems) -> list[str]:
     groups = {
-        "multiclass (CIFAR, digits)": ("CIFAR", "digits"),
+        "multiclass (CIFAR, digits, MiniLM)": ("CIFAR", "digits", "text"),
         "binary (tabular)": ("tabular",),
     }
     tables = {label: against_ts(all_results, problems, kinds) for label, kinds in groups.items()}
@@ -575,30 +619,40 @@ def structured_goal(all_results) -> list[str]:
 def auto_goal(all_results, problems) -> list[str]:
     """For each AutoCalibrator row: win rate vs TS against the best single method's, and the
     cases where its test NLL is above the uncalibrated one's."""
-    everything = against_ts(all_results, problems, ("CIFAR", "digits", "tabular"))
+    everything = against_ts(all_results, problems, ("CIFAR", "digits", "text", "tabular"))
     singles = {
         name: value
         for name, value in everything.items()
         if not name.startswith("AutoCalibrator") and name not in ("uncalibrated",)
     }
     best_name = max(singles, key=lambda name: singles[name][0])
-    lines = [
-        f"Best single method by win rate against TS over all cases: {best_name} "
-        f"({100 * singles[best_name][0]:.0f}% of {singles[best_name][2]})."
-    ]
+    # Under --auto-only TS is the only single method: no comparison to make.
+    compare = len(singles) > 1
+    lines = (
+        [
+            f"Best single method by win rate against TS over all cases: {best_name} "
+            f"({100 * singles[best_name][0]:.0f}% of {singles[best_name][2]})."
+        ]
+        if compare
+        else []
+    )
     for name, (win, change, n) in everything.items():
         if not name.startswith("AutoCalibrator"):
             continue
-        above = []
+        above, above_by_kind = [], {"multiclass": 0, "binary": 0}
         for problem_name, results in all_results.items():
+            kind = "binary" if problems[problem_name].kind == "tabular" else "multiclass"
             for row, raw in zip(results[name], results["uncalibrated"], strict=True):
                 if row["NLL"] > raw["NLL"]:
                     above.append(f"{problem_name} ({row['NLL']:.4f} > {raw['NLL']:.4f})")
+                    above_by_kind[kind] += 1
         verdict = "at least as often as" if win >= singles[best_name][0] else "less often than"
+        versus = f" ({verdict} {best_name})" if compare else ""
         lines.append(
-            f"{name}: wins against TS in {100 * win:.0f}% of {n} cases ({verdict} {best_name}), "
-            f"median NLL change {100 * change:+.2f}%; test NLL above the uncalibrated model's "
-            f"in {len(above)} case(s){': ' + '; '.join(above[:6]) if above else ''}."
+            f"{name}: wins against TS in {100 * win:.0f}% of {n} cases{versus}, median NLL change {100 * change:+.2f}%; test NLL above the "
+            f"uncalibrated model's in {len(above)} case(s) ({above_by_kind['multiclass']} "
+            f"multiclass, {above_by_kind['binary']} binary)"
+            f"{': ' + '; '.join(above) if above else ''}."
         )
     return lines
 
@@ -659,6 +713,21 @@ def main() -> None:
     parser.add_argument("--records", nargs="+", default=list(RECORDS), choices=RECORDS)
     parser.add_argument("--no-digits", action="store_true")
     parser.add_argument("--no-tabular", action="store_true")
+    parser.add_argument("--no-minilm", action="store_true")
+    parser.add_argument(
+        "--auto-only",
+        action="store_true",
+        help="only TemperatureScaling (the reference) and the AutoCalibrator rows; "
+        "written to calarena_auto.md unless --output is given",
+    )
+    parser.add_argument(
+        "--candidate-sets",
+        type=int,
+        nargs="+",
+        default=list(range(len(CANDIDATE_SETS))),
+        choices=range(len(CANDIDATE_SETS)),
+        help="the AutoCalibrator rows to run, by index in CANDIDATE_SETS (default: all)",
+    )
     _common.add_output_argument(parser, "calarena.md")
     args = parser.parse_args()
     if args.quick:
@@ -666,6 +735,8 @@ def main() -> None:
         args.records = args.records[:1]
         if args.output == _common.RESULTS_DIR / "calarena.md":
             args.output = None
+    elif args.auto_only and args.output == _common.RESULTS_DIR / "calarena.md":
+        args.output = _common.RESULTS_DIR / "calarena_auto.md"
     _common.limit_threads(1)
     started, load_before = time.perf_counter(), _common.load_average()
 
@@ -673,11 +744,26 @@ def main() -> None:
         print(f"[{time.perf_counter() - started:7.1f} s] {message}", flush=True)
 
     seeds = range(args.splits)
-    table = methods()
+    chosen = {_auto_name(CANDIDATE_SETS[index]) for index in args.candidate_sets}
+    table = {
+        name: method
+        for name, method in methods().items()
+        if not name.startswith("AutoCalibrator") or name in chosen
+    }
+    if args.auto_only:
+        table = {
+            name: method
+            for name, method in table.items()
+            if name == "TemperatureScaling" or name.startswith("AutoCalibrator")
+        }
     problems: dict[str, Problem] = {name: cifar_problem(name, seeds) for name in args.records}
     digits_seconds = None
     if not args.no_digits:
         problems["digits ViT"], digits_seconds = digits_problem(seeds, args.quick, log)
+    if not (args.no_minilm or args.quick):
+        minilm = minilm_problem(seeds, log)
+        if minilm is not None:
+            problems["MiniLM nouns"] = minilm
     if not args.no_tabular:
         problems.update(tabular_problems(seeds, args.quick))
     all_results = {}
@@ -716,44 +802,57 @@ def main() -> None:
         "(splinecalib) here: those packages are not installed; AutoCalibrator has none. "
         "MatrixScaling (unregularised, ours and probmetrics') runs on at most "
         f"{MAX_CLASSES_FOR_MATRIX} classes. The AutoCalibrator rows use 5-fold "
-        "cross-validated NLL; the first has the default candidates without AdaptiveTS "
-        "(which trains a network per fold: minutes per fit at 5,000 rows). The MiniLM noun "
-        "logits are not run (encoding WordNet takes minutes here).",
+        "cross-validated NLL, each over a set of candidates named by the table of methods "
+        "(MS-ODIR: MatrixScaling with reg_off_diagonal = reg_bias = 1, at most 20 classes); "
+        "the first set is the default before SVS and SMS were candidates (decisions.md has "
+        "the choice); none has AdaptiveTS (which trains a network per fold: minutes per fit "
+        "at 5,000 rows).",
         "",
-        "## Goals",
-        "",
-        f"- Log loss no worse than the peer's (within {100 * EQUAL_NLL:.2f}% relative) on every "
-        f"problem: {'met' if not worse else 'not met'}"
-        + (f"; worse: {'; '.join(worse)}" if worse else "")
-        + ".",
-        f"- Fit + predict no slower than the peer's on every problem (summed over the splits, "
-        f"{SAME_TIME * 1000:.0f} ms counting as equal): "
-        + ("met" if not slower else "not met; slower: " + "; ".join(slower))
-        + ".",
-        "- SMS or SVS below TS in test log loss (mean over the splits) on at least 3 of the 4 "
-        f"CIFAR records: {sum('none' not in line for line in structured)} of "
-        f"{len(structured)}.",
-        *[f"  - {line}" for line in structured],
-        "- Venn-Abers equal to venn-abers to 1e-9: largest |dp| over all problems "
-        + (
-            f"{max(r['peer']['max |dp|'] for res in all_results.values() for r in res.get('VennAbersCalibration', []) if 'peer' in r):.1e}"
-            if peers["venn-abers"]
-            else "(venn-abers not installed)"
-        )
-        + " (the oracle tests check 1e-9 on shared data).",
-        f"- IVAP fit + predict on 50,000 points under 0.2 s: {'met' if speed[1] < 0.2 else 'not met'}"
-        f". {speed[0]}",
-        "",
-        "Reading the peer comparisons: the logistic maps (TS, VS, SVS, SMS, Platt, quadratic) "
-        "fit the same objective as their peers, ours to float64 precision, probmetrics' in "
-        "float32 with looser stopping; where their test NLL differs by more than the "
-        "threshold, the calibration half was (nearly) separable, so the maximum-likelihood "
-        "map is infinitely steep and the peer's earlier stop acts as a regulariser "
-        "(QuadraticScaling warns there). The piecewise maps (isotonic, CIR, histogram "
-        "binning) read log-odds where probmetrics reads probabilities: same ranks, other "
-        "interpolation and bin edges, whose NLL on a few hundred test rows is dominated by "
-        "the rows given probability 0.",
-        "",
+    ]
+    if args.auto_only:
+        report += [
+            "Run with --auto-only: TemperatureScaling and the AutoCalibrator rows only "
+            "(calarena.md has every method beside its peer).",
+            "",
+        ]
+    else:
+        report += [
+            "## Goals",
+            "",
+            f"- Log loss no worse than the peer's (within {100 * EQUAL_NLL:.2f}% relative) on every "
+            f"problem: {'met' if not worse else 'not met'}"
+            + (f"; worse: {'; '.join(worse)}" if worse else "")
+            + ".",
+            f"- Fit + predict no slower than the peer's on every problem (summed over the splits, "
+            f"{SAME_TIME * 1000:.0f} ms counting as equal): "
+            + ("met" if not slower else "not met; slower: " + "; ".join(slower))
+            + ".",
+            "- SMS or SVS below TS in test log loss (mean over the splits) on at least 3 of the 4 "
+            f"CIFAR records: {sum('none' not in line for line in structured)} of "
+            f"{len(structured)}.",
+            *[f"  - {line}" for line in structured],
+            "- Venn-Abers equal to venn-abers to 1e-9: largest |dp| over all problems "
+            + (
+                f"{max((r['peer']['max |dp|'] for res in all_results.values() for r in res.get('VennAbersCalibration', []) if 'peer' in r), default=float('nan')):.1e}"
+                if peers["venn-abers"]
+                else "(venn-abers not installed)"
+            )
+            + " (the oracle tests check 1e-9 on shared data).",
+            f"- IVAP fit + predict on 50,000 points under 0.2 s: {'met' if speed[1] < 0.2 else 'not met'}"
+            f". {speed[0]}",
+            "",
+            "Reading the peer comparisons: the logistic maps (TS, VS, SVS, SMS, Platt, quadratic) "
+            "fit the same objective as their peers, ours to float64 precision, probmetrics' in "
+            "float32 with looser stopping; where their test NLL differs by more than the "
+            "threshold, the calibration half was (nearly) separable, so the maximum-likelihood "
+            "map is infinitely steep and the peer's earlier stop acts as a regulariser "
+            "(QuadraticScaling warns there). The piecewise maps (isotonic, CIR, histogram "
+            "binning) read log-odds where probmetrics reads probabilities: same ranks, other "
+            "interpolation and bin edges, whose NLL on a few hundred test rows is dominated by "
+            "the rows given probability 0.",
+            "",
+        ]
+    report += [
         "## Against temperature scaling (CalArena's summary figures)",
         "",
         "Win rate: the share of cases (problem x split) whose test NLL is below "

@@ -13,11 +13,19 @@ With ``--memory-only`` it measures peak memory only, beside the input's size, fo
 the metrics whose memory grows with the input (issue 16 item 15's goal: at most the
 input's size again), and replaces the "Memory at scale" section of the results.
 
+With ``--report-only`` it times the floor, the ECE, the classwise ECE and the full
+report only (interleaved, ``--repeats`` rounds; the report and the classwise ECE
+read the matrix in one pass), and replaces the "One pass for the report" section;
+``--baseline DIR`` also times an older revision extracted in ``DIR`` (``git archive
+REV | tar -x -C DIR``) the same way, in a child process with ``DIR`` first on the
+path, right after.
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/metrics_speed.py              # prints, writes results
     .venv/bin/python benchmarks/metrics_speed.py --n 100000   # a quicker look
     .venv/bin/python benchmarks/metrics_speed.py --memory-only --n 10000000 --k 10
+    .venv/bin/python benchmarks/metrics_speed.py --report-only --baseline /tmp/base
 
 Results go to ``benchmarks/results/metrics_speed.md``.
 """
@@ -27,8 +35,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import json
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -179,12 +191,99 @@ def memory_section(args, probs, labels) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(text: str, section: str) -> str:
-    """``text`` with its memory section replaced by ``section`` (appended if absent)."""
-    start = text.find(MEMORY_SECTION)
+REPORT_SECTION = "## One pass for the report"
+FLOOR = "numpy max + argmax (floor)"
+
+
+def report_contenders(probs, labels):
+    return {
+        FLOOR: lambda: (probs.max(axis=1), probs.argmax(axis=1)),
+        "reliacal ECE": lambda: rm.expected_calibration_error(labels, probs),
+        "reliacal classwise ECE": lambda: rm.classwise_calibration_error(labels, probs),
+        "reliacal calibration_report": lambda: rm.calibration_report(labels, {"m": probs}),
+    }
+
+
+def report_ratios(n_samples: int, n_classes: int, repeats: int) -> dict:
+    """Median and minimum seconds of the report's contenders, and the load before them."""
+    probs, labels = make_data(n_samples, n_classes)
+    runs = report_contenders(probs, labels)
+    for function in runs.values():
+        function()
+    load = _common.load_average()
+    times, _ = measure(runs, repeats, memory=False)
+    return {
+        "load": load,
+        "median": {name: statistics.median(values) for name, values in times.items()},
+        "min": {name: min(values) for name, values in times.items()},
+    }
+
+
+def baseline_ratios(folder: Path, args) -> dict:
+    """:func:`report_ratios` of the revision in ``folder``, in a child process."""
+    benchmarks = str(Path(__file__).resolve().parent)
+    code = (
+        f"import json, sys; sys.path.insert(1, {benchmarks!r}); import metrics_speed as m; "
+        f"assert m.rm.__file__.startswith({str(Path(folder).resolve())!r}), m.rm.__file__; "
+        f"print(json.dumps(m.report_ratios({args.n}, {args.k}, {args.repeats})))"
+    )
+    # Run in the baseline's folder: -c puts it first on the path, before this checkout.
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=folder
+    )
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def report_section(args, ours: dict, baseline: dict | None) -> str:
+    """The one-pass section (markdown): each contender's time over the floor."""
+    columns = [("this revision", ours)] + ([("baseline", baseline)] if baseline else [])
+    lines = [
+        REPORT_SECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/metrics_speed.py --report-only --n {args.n} "
+        f"--k {args.k} --repeats {args.repeats}"
+        + (f" --baseline {args.baseline}`" if baseline else "`"),
+        "",
+        f"Run {datetime.datetime.now().isoformat(timespec='minutes')} on {platform.node()}: "
+        f"{os.cpu_count()} CPUs, one thread, numpy {np.__version__}. Input: {args.n:,} x "
+        f"{args.k} float32 probabilities. Contenders interleaved, {args.repeats} rounds; "
+        "the ratio is the median time over the floor's median in the same process (the "
+        "minimum's ratio in brackets). Load average (1 min) before: "
+        + ", ".join(f"{name} {run['load']:.1f}" for name, run in columns)
+        + " (2 shared cores: the times move with the load, the ratios much less).",
+        "",
+        "| contender | "
+        + " | ".join(f"{name} median s | {name} / floor" for name, _ in columns)
+        + " |",
+        "|---|" + "---:|---:|" * len(columns),
+    ]
+    for contender in ours["median"]:
+        cells = []
+        for _, run in columns:
+            median, least = run["median"], run["min"]
+            cells.append(
+                f"{median[contender]:.3f} | {median[contender] / median[FLOOR]:.2f} "
+                f"({least[contender] / least[FLOOR]:.2f})"
+            )
+        lines.append(f"| {contender} | " + " | ".join(cells) + " |")
+    median = ours["median"]
+    lines += ["", "Targets (this revision):", ""]
+    for contender, target in (("reliacal classwise ECE", 1.5), ("reliacal calibration_report", 2)):
+        value = median[contender] / median[FLOOR]
+        verdict = "met" if value <= target else "MISSED"
+        lines.append(f"- {contender} / floor: {value:.2f} (target <= {target}): {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(text: str, section: str, heading: str = MEMORY_SECTION) -> str:
+    """``text`` with its ``heading`` section replaced by ``section`` (appended if absent)."""
+    start = text.find(heading)
     if start < 0:
         return text.rstrip("\n") + "\n\n" + section
-    end = text.find("\n## ", start + len(MEMORY_SECTION))
+    end = text.find("\n## ", start + len(heading))
     rest = "" if end < 0 else text[end + 1 :]
     return text[:start] + section + ("\n" + rest if rest else "")
 
@@ -197,13 +296,15 @@ def sections_after_checks(path: Path) -> str:
     return "" if previous.find("## Checks") < 0 or start < 0 else previous[start:]
 
 
-def measure(runs, repeats: int):
+def measure(runs, repeats: int, memory: bool = True):
     times = {name: [] for name in runs}
     for _ in range(repeats):
         for name, function in runs.items():
             start = time.perf_counter()
             function()
             times[name].append(time.perf_counter() - start)
+    if not memory:
+        return times, None
     memory = {
         name: (rss_growth_mb(function), traced_peak_mb(function)) for name, function in runs.items()
     }
@@ -252,6 +353,10 @@ def build_report(args, argv, runs, times, memory, checks, load_before) -> str:
         value = median[name] / median[floor]
         verdict = "met" if value <= 1.5 else "MISSED"
         lines.append(f"- {name} / floor: {value:.2f} (target <= 1.5): {verdict}")
+    for name, target in (("reliacal classwise ECE", 1.5), ("reliacal calibration_report", 2)):
+        value = median[name] / median[floor]
+        verdict = "met" if value <= target else "MISSED"
+        lines.append(f"- {name} / floor: {value:.2f} (target <= {target}): {verdict}")
     for name in ("reliacal ECE", "reliacal MCE"):
         peer = name.replace("reliacal", "torchmetrics")
         value = median[peer] / median[name]
@@ -292,7 +397,28 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="measure peak memory only and replace that section of the results",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="time the floor, ECE, classwise ECE and calibration_report only and replace "
+        "the 'One pass for the report' section of the results",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="with --report-only: also time the revision extracted in this folder",
+    )
     args = parser.parse_args(argv)
+    if args.report_only:
+        ours = report_ratios(args.n, args.k, args.repeats)
+        baseline = None if args.baseline is None else baseline_ratios(args.baseline, args)
+        section = report_section(args, ours, baseline)
+        print(section)
+        previous = args.output.read_text() if args.output.exists() else ""
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(replace_section(previous, section, REPORT_SECTION))
+        print(f"written to {args.output}")
+        return
 
     probs, labels = make_data(args.n, args.k)
     if args.memory_only:

@@ -218,11 +218,7 @@ def _random_problem(seed, n_samples, n_classes, dtype=np.float64):
 
 def _rows_off_the_subset(n_samples, n_classes, count):
     """``count`` rows that the fitter's first strided subset (so every deeper one) skips."""
-    n_rows = min(
-        max(_temperature_nll._SUBSET_ROWS, _temperature_nll._SUBSET_ELEMENTS // n_classes),
-        n_samples // _temperature_nll._SUBSET_FRACTION,
-    )
-    subset = np.linspace(0, n_samples - 1, n_rows).round().astype(np.intp)
+    subset = _temperature_nll.subset_rows(n_samples, n_classes)
     outside = np.setdiff1d(np.arange(n_samples), subset)
     return outside[:: len(outside) // count][:count]
 

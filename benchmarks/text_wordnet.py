@@ -136,12 +136,14 @@ from _wordnet_task import (
     VALIDATION_FRACTION,
     Budget,
     build_data,
+    count,
     entropy,
+    finetuner,
     fitted_director,
+    fitted_transformer,
     loader,
     n_paths_kwargs,
     ood_aurocs,
-    pretrained_minilm,
     quality,
     teacher_path,
     timed,
@@ -156,7 +158,7 @@ from reliacal.calibrators import (
     VectorScaling,
     tuned_scaling,
 )
-from reliacal.finetune import CalAttnFinetuner, DiffusionReconfigurer
+from reliacal.finetune import DiffusionReconfigurer
 
 SEED_DIR = RESULTS / "text_wordnet"
 N_DROPOUT_PASSES = 10
@@ -219,41 +221,9 @@ def report(name, predictions: Predictions, data, fit_s, predict_s, parameters) -
 # Methods ---------------------------------------------------------------------------------------
 
 
-def finetuner(budget: Budget, seed: int, n_classes: int, *, head, lambda_brier: float, **options):
-    """CalAttnFinetuner with the benchmark's budget; ``options`` override any setting."""
-    settings = dict(
-        base_loss="ce",
-        max_epochs=budget.epochs,
-        batch_size=budget.batch_size,
-        learning_rate=budget.learning_rate,
-        weight_decay=0.01,
-        warmup_epochs=budget.warmup_epochs,
-        validation_fraction=VALIDATION_FRACTION,
-        selection_metric="nll",
-        device="cpu",
-        random_state=seed,
-        verbose=budget.verbose,
-    )
-    return CalAttnFinetuner(
-        pretrained_minilm(n_classes, seed),
-        calibration_head=head,
-        lambda_brier=lambda_brier,
-        **{**settings, **options},
-    )
-
-
-def fitted_transformer(model: CalAttnFinetuner):
-    """The fine-tuned Hugging Face model inside a fitted CalAttnFinetuner."""
-    return model.network_.backbone.model
-
-
 def fitted_director_network(director: DiffusionReconfigurer) -> torch.nn.Module:
     """The student network of a fitted DiffusionReconfigurer (the deployed model)."""
     return director.network_
-
-
-def count(module: torch.nn.Module) -> int:
-    return int(sum(p.numel() for p in module.parameters()))
 
 
 def backbone_outputs(model, data, budget):

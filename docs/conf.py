@@ -8,8 +8,10 @@ fails the build.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
+import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +57,9 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
     "reset_modules": ("matplotlib",),
+    # The examples print what they show; the repr of a last line that draws figures
+    # (a dict of display objects) is not output worth a block.
+    "capture_repr": (),
 }
 
 html_theme = "pydata_sphinx_theme"
@@ -84,7 +89,22 @@ API_PACKAGES = {
     "reliacal.io": "Prediction files",
     "reliacal.datasets": "Demo data and tiny models",
     "reliacal.metrics.torchmetrics": "A torchmetrics Metric",
+    "reliacal.metrics.modes": "Calibration modes",
+    "reliacal.finetune.losses": "Training losses",
 }
+
+
+def _public_names(module) -> list[str]:
+    """``module.__all__``, else the functions and classes it defines without an underscore."""
+    if hasattr(module, "__all__"):
+        return sorted(module.__all__)
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == module.__name__
+    )
 
 
 def _write_api_pages(srcdir: Path) -> None:
@@ -95,7 +115,7 @@ def _write_api_pages(srcdir: Path) -> None:
     entries = []
     for name, title in API_PACKAGES.items():
         module = importlib.import_module(name)
-        names = sorted(getattr(module, "__all__", []))
+        names = _public_names(module)
         underline = "=" * len(f"{title} (``{name}``)")
         lines = [
             f"{title} (``{name}``)",
@@ -137,10 +157,26 @@ def _write_api_pages(srcdir: Path) -> None:
         target.write_text(index)
 
 
-# Broken references to reliacal's own objects are errors; references to other
-# libraries (numpy, torch, scikit-learn) cannot resolve offline and are ignored.
+# Broken references to reliacal's own objects are errors (relative ones included);
+# references to other libraries cannot resolve offline (no intersphinx inventory is
+# fetched), so only those are ignored, by name.
 nitpicky = True
-nitpick_ignore_regex = [(r"py:.*", r"(?!reliacal\b).*"), (r"py:.*", r"reliacal\..*\._.*")]
+_OTHER_LIBRARIES = (
+    "torch|numpy|np|pandas|sklearn|scipy|timm|transformers|torchmetrics|dask|matplotlib"
+    "|collections|pathlib|os|typing|fnmatch"
+)
+nitpick_ignore_regex = [
+    (r"py:.*", rf"(?:{_OTHER_LIBRARIES})(?:\..*)?"),
+    # torch's own docstrings, which nn.Module subclasses inherit (forward, train), and
+    # type hints of user-facing signatures name these classes without their module.
+    (
+        r"py:class",
+        r"Module|nn\.Module|Dropout|BatchNorm|VisionTransformer|BertForSequenceClassification",
+    ),
+    # A builtin generic in a postponed annotation (``list[dict[str, Any]]``), which
+    # autodoc splits at its first comma.
+    (r"py:class", r"(?:list|dict|tuple|set)\[.*"),
+]
 
 
 # ------------------------------------------------------------ benchmark pages
@@ -190,21 +226,91 @@ def _skip_member(app, what, name, obj, skip, options):
     return None
 
 
-def _top_level_reference(app, env, node, contnode):
-    """Resolve ``reliacal.Name`` (a name the package loads lazily) to its documented home."""
-    import reliacal
+_HOMES: dict[int, str] = {}
 
+
+def _documented_homes() -> dict[int, str]:
+    """Map each class and function of the API pages (by identity) to its page's name."""
+    import importlib
+
+    if not _HOMES:
+        for package in API_PACKAGES:
+            module = importlib.import_module(package)
+            for name in _public_names(module):
+                value = getattr(module, name)
+                if inspect.isclass(value) or inspect.isfunction(value):
+                    _HOMES.setdefault(id(value), f"{package}.{name}")
+    return _HOMES
+
+
+def _lookup(target: str):
+    """The object that the dotted path ``target`` names, or None."""
+    import importlib
+
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[cut:]:
+                value = getattr(value, part)
+        except AttributeError:
+            return None
+        return value
+    return None
+
+
+def _documented_home_reference(app, env, node, contnode):
+    """Resolve a path to a documented object under another name to its API page.
+
+    ``reliacal.Name`` (a name the package loads lazily), the defining module's path
+    (``reliacal.calibrators._base.BaseCalibrator``, as signatures and base lists
+    write it) and a re-export all land on the page of the public name; a path to
+    anything else stays unresolved, so a reference to a private helper fails the build.
+    """
     target = node.get("reftarget", "")
-    module, _, name = target.rpartition(".")
-    if node.get("refdomain") != "py" or module != "reliacal" or name not in reliacal._PUBLIC:
+    if node.get("refdomain") != "py" or not target.startswith("reliacal."):
         return None
-    canonical = f"{reliacal._PUBLIC[name]}.{name}"
+    value = _lookup(target)
+    if isinstance(value, typing.TypeVar):
+        return contnode  # a signature's type variable: a placeholder, with no page of its own
+    home = _documented_homes().get(id(value))
+    if home is None or home == target:
+        return None
     domain = env.get_domain("py")
     return domain.resolve_xref(
-        env, node["refdoc"], app.builder, node["reftype"], canonical, node, contnode
+        env, node["refdoc"], app.builder, node["reftype"], home, node, contnode
     )
 
 
+def _public_bases(app, name, obj, options, bases):
+    """Show a class's documented bases: an undocumented reliacal base gives way to its own."""
+    homes = _documented_homes()
+    shown: list[type] = []
+
+    def add(base: type) -> None:
+        if base.__module__.split(".")[0] == "reliacal" and id(base) not in homes:
+            for parent in base.__bases__:
+                add(parent)
+        elif base not in shown:
+            shown.append(base)
+
+    for base in list(bases):
+        add(base)
+    bases[:] = shown
+
+
+def _announce_api_pages(app):
+    # autosummary writes the stubs of the pages the environment knows, at builder-inited;
+    # on an incremental build that is the previous build's list, so a package just added
+    # to API_PACKAGES would get its stubs a build late (and then stay out of its toctree).
+    app.env.found_docs.update(f"api/{name}" for name in API_PACKAGES)
+
+
 def setup(app):
+    app.connect("builder-inited", _announce_api_pages, priority=400)
     app.connect("autodoc-skip-member", _skip_member)
-    app.connect("missing-reference", _top_level_reference)
+    app.connect("missing-reference", _documented_home_reference)
+    app.connect("autodoc-process-bases", _public_bases)

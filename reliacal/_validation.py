@@ -22,7 +22,9 @@ import numpy as np
 DEFAULT_LABEL_KEY = "labels"
 
 __all__ = [
+    "ProbabilityValues",
     "check_probabilities",
+    "check_probability_inputs",
     "check_logits",
     "encode_labels",
     "check_n_bins",
@@ -501,6 +503,91 @@ def check_probabilities(y_true, y_prob, *, labels=None):
     ...
     ValueError: y_prob has values outside [0, 1] ... reliacal.metrics.softmax(logits)
     """
+    y_index, y_prob, classes, values = check_probability_inputs(y_true, y_prob, labels=labels)
+    values.check_all()
+    return y_index, y_prob, classes
+
+
+class ProbabilityValues:
+    """The value checks of :func:`check_probabilities`, deferred to a pass that reads the matrix.
+
+    A scan over a 2-D matrix calls :meth:`check_block` on each row block it reads
+    (the block's minimum, maximum and row sums, while the block is in cache);
+    any doubt (a value outside [0, 1], NaN, a row sum near or beyond the
+    tolerance) runs :meth:`check_all`, the check of the whole matrix, so that the
+    error (or its absence) is exactly :func:`check_probabilities`'. Calling
+    :meth:`check_all` once instead is that function's own check.
+
+    Examples
+    --------
+    >>> values = ProbabilityValues(np.array([[0.5, 0.5], [0.9, 0.3]]), 1e-4)
+    >>> values.check_block(values.y_prob[:1])
+    >>> values.check_block(values.y_prob[1:])
+    Traceback (most recent call last):
+    ...
+    ValueError: rows of y_prob must sum to 1 (tolerance 0.0001 for float64); row 1 sums to 1.2. ...
+    """
+
+    def __init__(self, y_prob: np.ndarray, tolerance: float):
+        self.y_prob = y_prob
+        self.tolerance = tolerance
+        self.checked = False
+        # Row sums by a BLAS product differ from numpy's pairwise sums by rounding, at
+        # most about K units in the last place: rows within that of the tolerance are
+        # left to the exact check.
+        n_columns = y_prob.shape[1] if y_prob.ndim == 2 else 1
+        self._margin = 4 * n_columns * float(np.finfo(y_prob.dtype).eps)
+        self._ones = None
+
+    def check_high(self, high) -> None:
+        """The check that no value exceeds 1, given the largest of some blocks."""
+        if not self.checked and not high <= 1:
+            self.check_all()
+
+    def check_all(self) -> None:
+        """Check the whole matrix (raise ``ValueError`` as :func:`check_probabilities`)."""
+        if not self.checked:
+            _check_probability_values(self.y_prob, self.tolerance)
+            self.checked = True
+
+    def check_block(self, block: np.ndarray) -> None:
+        """Check one row block of a 2-D matrix; doubt runs :meth:`check_all`.
+
+        A pass may instead check the parts itself: the block's minimum (NaN
+        propagates into it), then :meth:`check_row_sums` of its rows (a BLAS product
+        with ones) and :meth:`check_high` of its largest value, for several blocks at
+        once.
+        """
+        if self.checked:
+            return
+        if not (block.min() >= 0 and block.max() <= 1):
+            self.check_all()
+            return
+        if self._ones is None:
+            self._ones = np.ones(block.shape[1], dtype=block.dtype)
+        self.check_row_sums(block @ self._ones)
+
+    def check_row_sums(self, row_sums: np.ndarray) -> None:
+        """The row-sum check, given the sums of some rows (infinity and NaN fail it)."""
+        if not self.checked and row_sums.shape[0]:
+            deviation = max(float(row_sums.max()) - 1, 1 - float(row_sums.min()))
+            if not deviation <= self.tolerance - self._margin:
+                self.check_all()
+
+
+def check_probability_inputs(y_true, y_prob, *, labels=None):
+    """:func:`check_probabilities` without the value checks, which it returns to be run.
+
+    Returns
+    -------
+    y_index, y_prob, classes
+        As :func:`check_probabilities`.
+    values : ProbabilityValues
+        The deferred value checks: :meth:`ProbabilityValues.check_block` on every row
+        block of a 2-D ``y_prob`` (in any order), or :meth:`ProbabilityValues.check_all`.
+        1-D input is checked already. Errors about the labels come after those about
+        the values, as in :func:`check_probabilities`.
+    """
     tolerance = _row_sum_tolerance(y_prob)
     y_prob = to_numpy(y_prob, "y_prob")
     if y_prob.ndim not in (1, 2):
@@ -514,10 +601,16 @@ def check_probabilities(y_true, y_prob, *, labels=None):
         )
     y_true = _check_labels_vector(y_true, y_prob.shape[0])
     y_prob = _as_float_array(y_prob, "y_prob")
-    _check_probability_values(y_prob, tolerance)
+    values = ProbabilityValues(y_prob, tolerance)
+    if y_prob.ndim == 1 or values._margin >= tolerance:
+        values.check_all()  # nothing to defer (or no room for the fast check)
     n_classes = 2 if y_prob.ndim == 1 else y_prob.shape[1]
-    y_index, classes = _index_labels(y_true, n_classes, labels)
-    return y_index, y_prob, classes
+    try:
+        y_index, classes = _index_labels(y_true, n_classes, labels)
+    except ValueError:
+        values.check_all()  # a bad value is reported before a bad label
+        raise
+    return y_index, y_prob, classes, values
 
 
 def check_logits(X, *, name: str = "X") -> np.ndarray:

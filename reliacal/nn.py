@@ -299,7 +299,7 @@ class DirectorLoss(WeightedDirectorLoss):
     to ``sigma^q = 0`` or, with the module's ``noise_target > 0``, a Gaussian
     KL to that level. Call it as ``loss_fn(module(x), y)``. Each term is also
     summed, detached, per phase (training under gradients, validation under
-    ``no_grad``); :meth:`epoch_means` returns the per-sample means so far
+    ``no_grad``); ``epoch_means()`` returns the per-sample means so far
     (``train_mean_matching``, ``val_cross_entropy``, ...; ``train_sigma``,
     the RMS noise scale, from the fourth output) and resets them.
 

@@ -602,11 +602,12 @@ class ReliabilityDisplay:
 
 _INTERVAL_NAMES = {"wilson": "Wilson interval", "clopper-pearson": "Clopper-Pearson interval"}
 
-# The gap between accuracy and mean confidence: a light, translucent, hatched band. Light so
-# that where accuracy is above confidence (the band lies on the bar) it lightens the bar
-# instead of darkening it into a block; translucent so that the bar shows through.
+# The gap between accuracy and mean confidence: a light, hatched band, nearly opaque. Where
+# accuracy is above confidence the band lies on the bar: mostly opaque, it reads there as the
+# same pink band as above a bar (a fainter one mixed with the bar read as a dark block), and
+# the bar still shows through a little.
 _GAP_STYLE = {
-    "color": (1.0, 0.7, 0.7, 0.65),
+    "color": (1.0, 0.7, 0.7, 0.85),
     "edgecolor": (0.7, 0.0, 0.0, 0.8),
     "hatch": "//",
     "linewidth": 0.6,

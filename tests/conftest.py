@@ -62,6 +62,13 @@ def _post_hoc_table() -> dict[str, tuple[str, dict]]:
         "isotonic": ("IsotonicCalibration", {}),
         "histogram": ("HistogramBinning", {}),
         "histogram-top-label": ("HistogramBinning", {"mode": "top-label"}),
+        "svs": ("StructuredVectorScaling", {}),
+        "sms": ("StructuredMatrixScaling", {}),
+        "quadratic": ("QuadraticScaling", {}),
+        "venn-abers": ("VennAbersCalibration", {}),
+        "venn-abers-cross": ("VennAbersCalibration", {"inductive": False, "n_splits": 3}),
+        "cir": ("CenteredIsotonicCalibration", {}),
+        "spline": ("SplineCalibration", {"reg_param_grid": [1.0]}),  # one lambda: no search
         "auto": (
             "AutoCalibrator",
             {
@@ -147,7 +154,9 @@ def post_hoc_calibrator():
 
     Each test that takes ``post_hoc_name`` runs once per name (``"temperature"``,
     ``"vector"``, ``"dirichlet"``, ``"ets"``, ``"adaptive"``, ``"platt"``, ``"beta"``,
-    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"auto"``); ``params``
+    ``"isotonic"``, ``"histogram"``, ``"histogram-top-label"``, ``"svs"``, ``"sms"``,
+    ``"quadratic"``, ``"venn-abers"``, ``"venn-abers-cross"``, ``"cir"``, ``"spline"``,
+    ``"auto"``); ``params``
     replace the table's. Every calibrator reads probabilities (``input="probs"``).
     """
     return _post_hoc_calibrator

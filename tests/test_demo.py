@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import matplotlib
 
@@ -18,8 +19,10 @@ from timm.models.vision_transformer import VisionTransformer
 
 from reliacal.cli import main
 from reliacal.demo import METHODS, DemoMethod, MethodOutput, post_hoc, run_demo
+from reliacal.demo._report import slug
 from reliacal.demo._run import _temperature_histogram
-from reliacal.metrics import expected_calibration_error
+from reliacal.demo._summary import END_MARKER, START_MARKER, extract_block, summary_findings
+from reliacal.metrics import expected_calibration_error, negative_log_likelihood
 
 EXPECTED_FILES = {
     "report.md",
@@ -35,7 +38,8 @@ EXPECTED_FILES = {
 @pytest.fixture(scope="module")
 def demo_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo") / "reliacal-demo"
-    assert main(["demo", "--quick", "--out", str(folder)]) == 0
+    results = folder.parent / "results.md"
+    assert main(["demo", "--quick", "--out", str(folder), "--results", str(results)]) == 0
     return folder
 
 
@@ -295,3 +299,151 @@ def _histogram(values):
     figure, ax = plt.subplots()
     ax.hist(values.ravel(), bins=30)
     return figure
+
+
+RESULTS_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "demo.md"
+
+
+def _table_rows(markdown: str, columns: int) -> dict[str, list[float]]:
+    """Method -> numbers of the Markdown table rows that have ``columns`` numbers."""
+    rows = {}
+    for line in markdown.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) > columns:
+            try:
+                rows[cells[0]] = [float(cell) for cell in cells[1 : columns + 1]]
+            except ValueError:
+                continue
+    return rows
+
+
+def test_results_file_holds_the_reports_numbers_and_their_claims(demo_folder):
+    results = (demo_folder.parent / "results.md").read_text()
+    assert results.startswith("# The demo's numbers")
+    assert f"reliacal demo --quick --results {demo_folder.parent / 'results.md'}" in results
+    block = extract_block(results)
+    assert block.startswith(START_MARKER) and block.endswith(END_MARKER)
+    assert "**Quick mode**" in block
+    assert "test split of 809 images (the model trained on 538, the calibrators fitted on 450)" in (
+        block
+    )
+    # The block's table is the report's, for every method (accuracy, ECE, smooth ECE, NLL).
+    report = _table_rows((demo_folder / "report.md").read_text(), 8)
+    table = _table_rows(block, 4)
+    assert list(table) == [method.name for method in METHODS]
+    for name, (acc, ece, smooth, nll) in table.items():
+        assert [acc, ece, smooth, nll] == [report[name][i] for i in (0, 1, 4, 5)]
+    # The claims, checked against the predictions themselves.
+    with np.load(demo_folder / "predictions.npz") as predictions:
+        arrays = dict(predictions)
+    labels = arrays.pop("labels")
+    eces = {key: expected_calibration_error(labels, probs) for key, probs in arrays.items()}
+    nlls = {key: negative_log_likelihood(labels, probs) for key, probs in arrays.items()}
+    lowest = re.search(
+        r"^Lowest ECE: (.+) \(([\d.]+)\)\. Lowest NLL: (.+) \(([\d.]+)\)\.$", block, re.M
+    )
+    assert float(lowest.group(2)) == pytest.approx(min(eces.values()), abs=5e-5)
+    assert float(lowest.group(4)) == pytest.approx(min(nlls.values()), abs=5e-5)
+    slugs = {method.name: f"probs_{slug(method.name)}" for method in METHODS}
+    assert slugs[lowest.group(1).split(" and ")[0]] in {
+        key for key, value in eces.items() if round(value, 4) == round(min(eces.values()), 4)
+    }
+    # Each pair line's differences are the metrics' differences.
+    pairs = [(method.name, method.against) for method in METHODS if method.against]
+    assert pairs
+    for name, reference in pairs:
+        line = re.search(
+            rf"^- {re.escape(name)} against {re.escape(reference)}: ECE (\S+) \[(\S+), (\S+)\], "
+            r"NLL (\S+) \[(\S+), (\S+)\]; (.+)\.$",
+            block,
+            re.M,
+        )
+        ece_diff, ece_low, ece_high, nll_diff, nll_low, nll_high = map(float, line.groups()[:6])
+        assert ece_diff == pytest.approx(eces[slugs[name]] - eces[slugs[reference]], abs=5e-5)
+        assert nll_diff == pytest.approx(nlls[slugs[name]] - nlls[slugs[reference]], abs=5e-5)
+        # An interval that excludes zero as printed is significant, one that holds zero inside
+        # is not; one whose printed end is 0.0000 may be either (the end was rounded).
+        verdict = line.group(7)
+        named = (
+            set()
+            if verdict == "neither is significant"
+            else set(verdict.removeprefix("significant: ").split(" and "))
+        )
+        assert verdict == "neither is significant" or verdict.startswith("significant: ")
+        for metric, low, high in (("ECE", ece_low, ece_high), ("NLL", nll_low, nll_high)):
+            if low > 0 or high < 0:
+                assert metric in named, line.group(0)
+            elif low < 0 < high:
+                assert metric not in named, line.group(0)
+    # The report states the same claims.
+    markdown = (demo_folder / "report.md").read_text()
+    assert f"- {lowest.group(0)}" in markdown.split("## In short", 1)[1]
+
+
+def _comparison(rows: dict[tuple[str, str], tuple[float, float, float]]):
+    """A compare()-shaped frame from (method, metric) -> (difference, low, high)."""
+    import pandas as pd
+
+    index = pd.MultiIndex.from_tuples(list(rows), names=["method", "metric"])
+    values = np.array(list(rows.values()))
+    return pd.DataFrame(
+        {
+            "difference": values[:, 0],
+            "difference_ci_low": values[:, 1],
+            "difference_ci_high": values[:, 2],
+            "significant": (values[:, 1] > 0) | (values[:, 2] < 0),
+        },
+        index=index,
+    )
+
+
+def test_findings_name_the_lowest_and_the_significant_differences_by_hand():
+    import pandas as pd
+
+    report = pd.DataFrame(
+        {"ece": [0.0500, 0.02004, 0.01996, 0.0300], "nll": [0.40, 0.31, 0.30, 0.50]},
+        index=["raw", "TS", "A", "B"],
+    )
+    compared = _comparison(
+        {
+            ("raw", "ece"): (0.0, 0.0, 0.0),
+            ("raw", "nll"): (0.0, 0.0, 0.0),
+            ("TS", "ece"): (-0.03, -0.05, -0.01),
+            ("TS", "nll"): (-0.09, -0.2, 0.01),
+            ("A", "ece"): (-0.03, -0.04, -0.02),
+            ("A", "nll"): (-0.10, -0.15, -0.05),
+            ("B", "ece"): (-0.02, -0.03, 0.01),
+            ("B", "nll"): (0.10, 0.05, 0.15),
+        }
+    )
+    lines = summary_findings(report, {"raw": compared}, [("B", "raw"), ("A", "missing")])
+    # 0.02004 and 0.01996 both print as 0.0200: a tie, both named.
+    assert lines[0] == "Lowest ECE: TS and A (0.0200). Lowest NLL: A (0.3000)."
+    assert lines[1] == (
+        "- Against raw, significantly lower ECE: TS and A; higher ECE: none; "
+        "lower NLL: A; higher NLL: B."
+    )
+    assert lines[2] == (
+        "- B against raw: ECE -0.0200 [-0.0300, +0.0100], NLL +0.1000 [+0.0500, +0.1500]; "
+        "significant: NLL."
+    )
+    assert len(lines) == 3  # a pair whose reference was not compared is left out
+
+
+@pytest.mark.slow
+def test_demo_reruns_to_the_committed_results(tmp_path):
+    # The demo is deterministic on the CPU with one thread: a full rerun writes the block of
+    # benchmarks/results/demo.md (and so of the README) again, every digit.
+    results = tmp_path / "demo.md"
+    assert (
+        main(["demo", "--quiet", "--out", str(tmp_path / "demo"), "--results", str(results)]) == 0
+    )
+    rerun, committed = extract_block(results.read_text()), extract_block(RESULTS_FILE.read_text())
+    # Same words, same claims, and every number within 2 units of its last printed digit: on
+    # another CPU's vector kernels a value can round the other way, while a stale table is
+    # off by far more.
+    number = re.compile(r"-?\d+\.\d+")
+    assert number.sub("#", rerun) == number.sub("#", committed)
+    for new, old in zip(number.findall(rerun), number.findall(committed), strict=True):
+        unit = 10.0 ** -len(old.split(".")[1])
+        assert abs(float(new) - float(old)) <= 2 * unit + 1e-12, (new, old)

@@ -530,14 +530,26 @@ def test_a_one_sample_director_fit_says_why_it_cannot_split():
 
 
 @pytest.mark.parametrize("name", ["calattn", "director"])
-def test_prediction_shows_its_batches_when_verbose(fitted, name, capsys):
+def test_prediction_shows_its_batches_by_default_and_verbose_0_silences_it(fitted, name, capsys):
     model = fitted[name]
-    model.predict_proba(dict_loader())
-    assert capsys.readouterr().err == ""
-    model.set_params(verbose=1)
-    try:
-        model.predict_proba(DataLoader(DictItems(), batch_size=5))
-    finally:
-        model.set_params(verbose=0)
+    assert model.verbose == 1  # the default: a fine-tuning takes minutes
+    model.predict_proba(DataLoader(DictItems(), batch_size=5))
     shown = capsys.readouterr().err
     assert "predict" in shown and "0/5" in shown  # a bar over the loader's 5 batches
+    model.set_params(verbose=0)
+    try:
+        model.predict_proba(dict_loader())
+    finally:
+        model.set_params(verbose=1)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("estimator_class", [CalAttnFinetuner, DiffusionReconfigurer])
+def test_a_default_fit_shows_its_epochs_and_batches(estimator_class, capsys):
+    torch.set_num_threads(1)
+    settings = dict(
+        SETTINGS, **({"reconfigure": 1} if estimator_class is DiffusionReconfigurer else {})
+    )
+    estimator_class(tiny_bert(), **settings).fit(dict_loader())
+    shown = capsys.readouterr().err
+    assert "epoch" in shown and "/" in shown, shown

@@ -448,3 +448,5 @@ def test_gap_above_confidence_lies_between_the_diagonal_and_the_bar_top_lighter_
     band_on_bar = _mean_luminance(image, ax, (0.2, 0.4), (0.35, 0.7))
     band_above_bar = _mean_luminance(image, ax, (0.8, 1.0), (0.55, 0.85))
     assert bar + 0.1 < band_on_bar < band_above_bar
+    # And the band reads as the same band on both sides of the diagonal, not as a block.
+    assert band_above_bar - band_on_bar < 0.12

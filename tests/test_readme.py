@@ -54,6 +54,28 @@ def test_readme_block_runs(index, tmp_path, monkeypatch):
         assert (namespace["scores"].to_numpy() >= 0).all()
 
 
+def test_quick_start_prints_its_whole_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(RUNNABLE[0], "README block 0", "exec"), {})
+    printed = capsys.readouterr().out
+    # pandas elides rows or columns of a frame wider or longer than the terminal with "...".
+    assert "..." not in printed
+    for metric in ("ece", "nll", "brier"):
+        assert re.search(rf"^{metric}\b", printed, flags=re.MULTILINE), printed
+
+
+def test_pytest_summary_names_failures_but_not_expected_failures():
+    """`-ra` buried a FAILED line under the check_estimator waivers' XFAIL reasons."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(README.parent / "setup.cfg")
+    flags = next(
+        option[2:] for option in config["tool:pytest"]["addopts"].split() if option.startswith("-r")
+    )
+    assert {"f", "E"} <= set(flags) and not {"a", "A", "x"} & set(flags), flags
+
+
 @pytest.mark.slow
 def test_readme_dask_evaluation_runs_as_a_script_on_a_parquet_folder(tmp_path):
     # As the block says: a script (LocalCluster's worker processes import it) and a folder
@@ -114,3 +136,85 @@ def test_layout_section_is_the_architecture_tests_layers():
     architecture = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(architecture)
     assert _layout_rows() == architecture.LAYER_OF
+
+
+# The demo's section: its block is the demo's results file, and its claims are its table's.
+DEMO_RESULTS = README.parent / "benchmarks" / "results" / "demo.md"
+_PRINTED = r"[-+]?\d+\.\d{4}"
+
+
+def _demo_section() -> str:
+    return README.read_text().split("## The demo", 1)[1].split("\n## ", 1)[0]
+
+
+def _demo_table(block: str) -> dict[str, dict[str, float]]:
+    lines = [line for line in block.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if set("".join(cells)) <= set("-: "):
+            continue  # the header's rule
+        rows[cells[0]] = dict(zip(header[1:], map(float, cells[1:]), strict=True))
+    return rows
+
+
+def test_readme_demo_block_is_the_committed_demo_results():
+    from reliacal.demo._summary import extract_block
+
+    block = extract_block(_demo_section())
+    assert block == extract_block(DEMO_RESULTS.read_text())
+    # No number of the demo's run outside the generated block, where it could go stale.
+    outside = _demo_section().replace(block, "")
+    assert not re.findall(_PRINTED, outside), re.findall(_PRINTED, outside)
+
+
+def test_readme_demo_claims_agree_with_its_table():
+    from reliacal.datasets import load_digits_images, train_calibration_test_split
+    from reliacal.demo._run import CALIBRATION_SIZE, TEST_SIZE
+    from reliacal.demo._summary import extract_block
+
+    block = extract_block(_demo_section())
+    table = _demo_table(block)
+    assert {"Uncalibrated", "TemperatureScaling", "CalAttn", "CalAttn + TS"} <= set(table)
+    # The sizes it states are the demo's split, computed here.
+    X, y = load_digits_images(image_size=16)
+    splits = train_calibration_test_split(
+        X, y, calibration_size=CALIBRATION_SIZE, test_size=TEST_SIZE, random_state=0
+    )
+    sizes = (len(splits.y_test), len(splits.y_train), len(splits.y_calibration))
+    assert (
+        "test split of {:,} images (the model trained on {:,}, the calibrators fitted on {:,})".format(
+            *sizes
+        )
+        in block
+    )
+    # The lowest ECE and NLL are the table's.
+    lowest = re.search(r"^Lowest ECE: (.+) \((\S+)\)\. Lowest NLL: (.+) \((\S+)\)\.$", block, re.M)
+    for names, value, column in ((1, 2, "ECE"), (3, 4, "NLL")):
+        best = min(row[column] for row in table.values())
+        assert float(lowest.group(value)) == best
+        expected = [name for name, row in table.items() if row[column] == best]
+        assert lowest.group(names).replace(" and ", ", ").split(", ") == expected
+    # A significantly lower (higher) metric is lower (higher) in the table.
+    againsts = re.findall(r"^- Against (.+?), significantly (.+)\.$", block, re.M)
+    assert {reference for reference, _ in againsts} == {"Uncalibrated", "TemperatureScaling"}
+    for reference, claims in againsts:
+        for claim in claims.split("; "):
+            direction, column, names = re.fullmatch(
+                r"(lower|higher) (ECE|NLL): (.+)", claim
+            ).groups()
+            for name in [] if names == "none" else names.replace(" and ", ", ").split(", "):
+                difference = table[name][column] - table[reference][column]
+                assert difference < 1e-4 if direction == "lower" else difference > -1e-4, claim
+    # Each pair's point differences are the table's, up to the printed digits.
+    pairs = re.findall(
+        rf"^- (.+) against (.+): ECE ({_PRINTED}) \[.*\], NLL ({_PRINTED}) \[.*\]; .+\.$",
+        block,
+        re.M,
+    )
+    assert {name for name, *_ in pairs} == {"CalAttn", "CalAttn + TS"}
+    for name, reference, ece, nll in pairs:
+        for column, printed in (("ECE", ece), ("NLL", nll)):
+            difference = table[name][column] - table[reference][column]
+            assert float(printed) == pytest.approx(difference, abs=1.5e-4)

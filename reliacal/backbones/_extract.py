@@ -138,8 +138,8 @@ def extract_outputs(
     backbone : BackboneAdapter, model or timm model name
         Anything :func:`as_backbone` accepts.
     X : array-like, dict of arrays, Dataset or DataLoader
-        Raw inputs (images or token ids) as accepted by
-        :func:`reliacal._data.as_dataset`: a Dataset or DataLoader yields
+        Raw inputs (images or token ids): an array or a dict of arrays of
+        ``n`` rows, or a Dataset or DataLoader that yields
         ``(x, y)`` pairs or Hugging Face style mappings
         (``{"input_ids", "attention_mask", "labels"}``,
         ``{"pixel_values", "labels"}``). A DataLoader is iterated as it is

@@ -29,11 +29,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from reliacal._docstrings import fill_doc
+from reliacal._docstrings import fill_doc, shared_doc
 from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
 from reliacal.calibrators._logistic import LogisticFit
 
 __all__ = [
+    "CLASSIC_METHOD_DOCS",
     "CLASSIC_NOTES_DOC",
     "ClassicCalibrator",
     "OneVsRestCalibrator",
@@ -58,6 +59,16 @@ log of the calibrated probabilities (``log`` of the smallest normal
 float64 for a probability of 0). The ``check_estimator`` checks waived
 by design are those of every logit calibrator
 (``_expected_failed_checks()`` lists them with reasons)."""
+
+#: The sections the classic calibrators' prediction methods share: a ``{classic_input}``
+#: line is their Parameters section (1-D binary scores included).
+CLASSIC_METHOD_DOCS = {
+    "classic_input": """\
+Parameters
+----------
+X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
+    Input in the form given to ``fit``."""
+}
 
 
 def one_vs_rest_log_odds(logits: np.ndarray) -> np.ndarray:
@@ -144,13 +155,11 @@ class ClassicCalibrator(BaseCalibrator):
     def _calibrated_logits(self, features, logits) -> np.ndarray:
         return np.log(np.maximum(self._calibrated_proba(features, logits), _TINY))
 
+    @shared_doc(CLASSIC_METHOD_DOCS)
     def predict_proba(self, X) -> np.ndarray:
         """Return calibrated probabilities (float64, rows summing to 1).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {classic_input}
 
         Returns
         -------

@@ -38,6 +38,8 @@ class Candidate(NamedTuple):
         Parameters of the candidate, over the method's own.
     max_classes : int or None, default=None
         Tried only up to this many classes (None: any).
+    min_classes : int or None, default=None
+        Tried only from this many classes up (None: any).
     min_rows : int or None, default=None
         Tried only from this many calibration rows up (None: any).
 
@@ -45,15 +47,20 @@ class Candidate(NamedTuple):
     --------
     >>> Candidate(max_classes=20).applies(n_samples=100, n_classes=21)
     False
+    >>> Candidate(min_classes=3).applies(n_samples=100, n_classes=2)
+    False
     """
 
     parameters: Mapping[str, Any] = _NO_PARAMETERS
     max_classes: int | None = None
     min_rows: int | None = None
+    min_classes: int | None = None
 
     def applies(self, n_samples: int, n_classes: int) -> bool:
         """Whether the candidate is tried on ``n_samples`` rows of ``n_classes`` classes."""
         if self.max_classes is not None and n_classes > self.max_classes:
+            return False
+        if self.min_classes is not None and n_classes < self.min_classes:
             return False
         return self.min_rows is None or n_samples >= self.min_rows
 
@@ -156,6 +163,10 @@ _TABLE = (
         "structured",
         "StructuredVectorScaling: temperature scaling, then a scale and an intercept per class "
         "under size-scaled ridge penalties",
+        # On two classes a penalised VS, already a candidate: one more near-copy only adds
+        # selection noise to the cross-validated choice (benchmarks/results/decisions.md).
+        candidate=Candidate(min_classes=3),
+        demo="StructuredVectorScaling",
     ),
     CalibrationMethod(
         "sms",
@@ -163,6 +174,9 @@ _TABLE = (
         "structured",
         "StructuredMatrixScaling: temperature scaling, then a linear map of the logits under "
         "size-scaled ridge penalties",
+        # On two classes a penalised MS (see svs).
+        candidate=Candidate(min_classes=3),
+        demo="StructuredMatrixScaling",
     ),
     CalibrationMethod(
         "platt",

@@ -721,6 +721,14 @@ def _solve_nll(objective, *, tol, max_iter, start=None, coarse_tol=None) -> _Sol
     return _Solver(objective, tol=tol, max_iter=max_iter, start=start, coarse_tol=coarse_tol).run()
 
 
+def subset_rows(n_samples: int, n_classes: int) -> np.ndarray | None:
+    """The rows of the strided subset that starts the fit (None: too few rows for one)."""
+    n_rows = min(max(_SUBSET_ROWS, _SUBSET_ELEMENTS // n_classes), n_samples // _SUBSET_FRACTION)
+    if n_rows < _MIN_SUBSET_ROWS:
+        return None
+    return np.linspace(0, n_samples - 1, n_rows).round().astype(np.intp)
+
+
 def _starting_point(logits, y_index, sample_weight):
     """``(u, k, reads)``: ``log b`` solved on a strided subset of the rows, for ``z / 2**k``.
 
@@ -728,11 +736,9 @@ def _starting_point(logits, y_index, sample_weight):
     copy included). ``u`` is None when there is no subset or no finite
     optimum on it (then ``k`` is the subset's exponent, or 0 without one).
     """
-    n_samples, n_classes = logits.shape
-    n_rows = min(max(_SUBSET_ROWS, _SUBSET_ELEMENTS // n_classes), n_samples // _SUBSET_FRACTION)
-    if n_rows < _MIN_SUBSET_ROWS:
+    rows = subset_rows(*logits.shape)
+    if rows is None:
         return None, 0, 0
-    rows = np.linspace(0, n_samples - 1, n_rows).round().astype(np.intp)
     weights = None if sample_weight is None else sample_weight[rows]
     if weights is not None and not weights.sum() > 0:
         return None, 0, 0

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from reliacal.export import one_vs_rest_log_odds, one_vs_rest_probabilities
+
 __all__ = [
     "InterpolationMaps",
     "OneVsRestMap",
@@ -25,31 +27,9 @@ __all__ = [
     "VennAbersMaps",
 ]
 
-# +-log(1 / tiny) of float64: the clip of the numpy one-vs-rest log-odds.
-_LOG_ODDS_LIMIT = float(-np.log(np.finfo(np.float64).tiny))
-
 
 def _tensor(values) -> torch.Tensor:
     return torch.as_tensor(np.array(values, dtype=np.float64))
-
-
-def one_vs_rest_log_odds(logits: torch.Tensor) -> torch.Tensor:
-    """``log p_k - log(1 - p_k)`` of ``softmax(logits)``, computed as the numpy calibrators do.
-
-    >>> one_vs_rest_log_odds(torch.tensor([[0.0, 2.0], [1.0, 1.0]], dtype=torch.float64))
-    tensor([[-2.,  2.],
-            [ 0.,  0.]], dtype=torch.float64)
-    """
-    top = torch.argmax(logits, dim=1, keepdim=True)
-    columns = torch.arange(logits.shape[1], device=logits.device)[None, :]
-    is_top = columns == top
-    shifted = logits - torch.gather(logits, 1, top)
-    others = torch.where(is_top, torch.zeros_like(shifted), torch.exp(shifted))
-    rest = others.sum(dim=1, keepdim=True)
-    # The top class's complement is the rest itself (1 - p would round to 0).
-    complement = torch.where(is_top, rest.expand_as(others), (1.0 + rest) - others)
-    log_odds = shifted - torch.log(complement)
-    return torch.clamp(log_odds, -_LOG_ODDS_LIMIT, _LOG_ODDS_LIMIT)
 
 
 class StructuredScalingMap(nn.Module):
@@ -71,7 +51,10 @@ class StructuredScalingMap(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         scaled = torch.log_softmax(logits.to(torch.float64) / self.temperature, dim=1)
-        mixed = torch.logaddexp(scaled + self.log_keep, torch.full_like(scaled, self.log_uniform))
+        # log(exp(a) + exp(b)) written out: the ONNX exporter has no logaddexp.
+        kept = scaled + self.log_keep
+        larger = torch.clamp(kept, min=self.log_uniform)
+        mixed = larger + torch.log1p(torch.exp(-torch.abs(kept - self.log_uniform)))
         if self.vector:
             calibrated = mixed * self.coef + self.intercept
         else:
@@ -97,14 +80,7 @@ class OneVsRestMap(nn.Module):
         scores = one_vs_rest_log_odds(logits.to(torch.float64))
         if self.binary:
             scores = scores[:, 1:]
-        mapped = torch.clamp(self.maps(scores), 0.0, 1.0)
-        if self.binary:
-            return torch.cat([1.0 - mapped, mapped], dim=1)
-        totals = mapped.sum(dim=1, keepdim=True)
-        empty = totals == 0
-        mapped = torch.where(empty, torch.ones_like(mapped), mapped)
-        totals = torch.where(empty, torch.full_like(totals, mapped.shape[1]), totals)
-        return mapped / totals
+        return one_vs_rest_probabilities(self.maps(scores), self.binary)
 
 
 class QuadraticMaps(nn.Module):
@@ -121,15 +97,98 @@ class QuadraticMaps(nn.Module):
         return torch.sigmoid(scores * self.linear + scores**2 * self.quadratic + self.intercept)
 
 
-def _interpolate(x: torch.Tensor, knots: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``numpy.interp(x, knots, values)`` for two knots or more: linear between, ends beyond."""
-    index = torch.clamp(torch.searchsorted(knots, x, right=True) - 1, 0, knots.shape[0] - 2)
-    left, right = knots[index], knots[index + 1]
-    low, high = values[index], values[index + 1]
-    # numpy's arithmetic: the slope first, then slope * (x - left) + low.
-    inside = (high - low) / (right - left) * (x - left) + low
-    result = torch.where(x <= knots[0], values[0].expand_as(x), inside)
-    return torch.where(x >= knots[-1], values[-1].expand_as(x), result)
+def _padded(rows, fill: float, width: int | None = None) -> np.ndarray:
+    """Stack 1-D arrays into ``(m, width)`` (default: the longest), padded with ``fill``."""
+    width = max(len(row) for row in rows) if width is None else width
+    out = np.full((len(rows), width), fill, dtype=np.float64)
+    for index, row in enumerate(rows):
+        out[index, : len(row)] = row
+    return out
+
+
+def _counts(knots: torch.Tensor, scores: torch.Tensor, right: bool) -> torch.Tensor:
+    """Per row ``r`` of ``knots`` ``(R, L)`` (sorted, padded with +inf), the number of knots
+    at or below (``right``) or strictly below each score of ``scores[r]`` ``(R, n)``.
+
+    ``searchsorted`` where it runs; comparisons under a trace, which is how the ONNX
+    exporter reads a module and which has no ``searchsorted``.
+    """
+    if torch.jit.is_tracing():
+        if right:
+            below = knots[:, None, :] <= scores[:, :, None]
+        else:
+            below = knots[:, None, :] < scores[:, :, None]
+        return below.to(torch.int64).sum(dim=2)
+    return torch.searchsorted(knots, scores.contiguous(), right=right)
+
+
+class InterpolationMaps(nn.Module):
+    """Per column, ``numpy.interp`` between knots (CIR), of the score or its sigmoid.
+
+    Linear between the knots and constant beyond them; the tables are padded to one
+    length (knots with +inf, never counted), so every column is one lookup.
+    """
+
+    def __init__(self, knots, values, *, probability: bool = False):
+        super().__init__()
+        self.probability = probability
+        self.register_buffer("knots", _tensor(_padded(knots, math.inf)))
+        self.register_buffer("values", _tensor(_padded(values, 0.0)))
+        self.register_buffer("last", torch.as_tensor([[len(k) - 1] for k in knots]))
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.probability:
+            scores = torch.sigmoid(scores)
+        scores = scores.T  # (m, n)
+        count = _counts(self.knots, scores, right=True)
+        right = torch.minimum(count, self.last)
+        left = torch.minimum(torch.clamp(count - 1, min=0), self.last)
+        x0 = torch.gather(self.knots, 1, left)
+        x1 = torch.gather(self.knots, 1, right)
+        y0 = torch.gather(self.values, 1, left)
+        y1 = torch.gather(self.values, 1, right)
+        width = x1 - x0
+        inside = width > 0
+        # numpy's arithmetic: the slope first, then slope * (x - left) + low.
+        slope = (y1 - y0) / torch.where(inside, width, torch.ones_like(width))
+        return torch.where(inside, slope * (scores - x0) + y0, y0).T
+
+
+class VennAbersMaps(nn.Module):
+    """Per column, the Venn-Abers bounds of each fold, merged to ``p1 / (1 - p0 + p1)``.
+
+    ``p0`` is the lower bound of the gap after the knots at or below the score, ``p1``
+    the upper bound of the gap after those strictly below it; with several folds,
+    ``p0 = 1 - GM(1 - p0_f)`` and ``p1 = GM(p1_f)``. The tables of all folds and
+    columns are padded to one length and looked up at once.
+    """
+
+    def __init__(self, knots, lower, upper):
+        super().__init__()
+        self.n_folds = len(knots)
+        self.n_columns = len(knots[0])
+        rows = [table for fold in knots for table in fold]
+        self.register_buffer("knots", _tensor(_padded(rows, math.inf)))
+        # One bound per gap: a table of L knots has L + 1.
+        gaps = self.knots.shape[1] + 1
+        self.register_buffer("lower", _tensor(_padded([t for f in lower for t in f], 0.0, gaps)))
+        self.register_buffer("upper", _tensor(_padded([t for f in upper for t in f], 1.0, gaps)))
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        # Row f * m + j of the tables is column j of fold f.
+        repeated = scores.T.repeat(self.n_folds, 1)
+        p0 = torch.gather(self.lower, 1, _counts(self.knots, repeated, right=True))
+        p1 = torch.gather(self.upper, 1, _counts(self.knots, repeated, right=False))
+        p0 = p0.reshape(self.n_folds, self.n_columns, -1)
+        p1 = p1.reshape(self.n_folds, self.n_columns, -1)
+        if self.n_folds == 1:
+            low, high = p0[0], p1[0]
+        else:
+            high = torch.exp(torch.log(p1).mean(dim=0))
+            # 1 - exp, not -expm1: the ONNX exporter has no expm1 (the difference is
+            # rounding of p0, next to 1 - p0 in the result).
+            low = 1.0 - torch.exp(torch.log1p(-p0).mean(dim=0))
+        return (high / (1.0 - low + high)).T
 
 
 class _Column(nn.Module):
@@ -139,63 +198,6 @@ class _Column(nn.Module):
         super().__init__()
         for name, table in tables.items():
             self.register_buffer(name, _tensor(table))
-
-
-class InterpolationMaps(nn.Module):
-    """Per column, linear interpolation between knots (CIR), of the score or its sigmoid."""
-
-    def __init__(self, knots, values, *, probability: bool = False):
-        super().__init__()
-        self.probability = probability
-        self.columns = nn.ModuleList(
-            _Column(knots=k, values=v) for k, v in zip(knots, values, strict=True)
-        )
-        # A map of one knot is constant; known when built, so no branch on tensors.
-        self.constant = [len(k) == 1 for k in knots]
-
-    def forward(self, scores: torch.Tensor) -> torch.Tensor:
-        if self.probability:
-            scores = torch.sigmoid(scores)
-        mapped = []
-        for index, column in enumerate(self.columns):
-            score = scores[:, index].contiguous()
-            if self.constant[index]:
-                mapped.append(column.values.expand_as(score))
-            else:
-                mapped.append(_interpolate(score, column.knots, column.values))
-        return torch.stack(mapped, dim=1)
-
-
-class VennAbersMaps(nn.Module):
-    """Per column, the Venn-Abers bounds of each fold, merged to ``p1 / (1 - p0 + p1)``."""
-
-    def __init__(self, knots, lower, upper):
-        super().__init__()
-        self.folds = nn.ModuleList(
-            nn.ModuleList(
-                _Column(knots=k, lower=p0, upper=p1)
-                for k, p0, p1 in zip(fold_knots, fold_lower, fold_upper, strict=True)
-            )
-            for fold_knots, fold_lower, fold_upper in zip(knots, lower, upper, strict=True)
-        )
-
-    def forward(self, scores: torch.Tensor) -> torch.Tensor:
-        n_folds = len(self.folds)
-        lowers, uppers = [], []
-        for fold in self.folds:
-            p0, p1 = [], []
-            for index, column in enumerate(fold):
-                score = scores[:, index].contiguous()
-                p0.append(column.lower[torch.searchsorted(column.knots, score, right=True)])
-                p1.append(column.upper[torch.searchsorted(column.knots, score, right=False)])
-            lowers.append(torch.stack(p0, dim=1))
-            uppers.append(torch.stack(p1, dim=1))
-        if n_folds == 1:
-            p0, p1 = lowers[0], uppers[0]
-        else:
-            p1 = torch.exp(torch.stack([torch.log(u) for u in uppers]).mean(dim=0))
-            p0 = -torch.expm1(torch.stack([torch.log1p(-lo) for lo in lowers]).mean(dim=0))
-        return p1 / (1.0 - p0 + p1)
 
 
 def _natural_spline_basis(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:

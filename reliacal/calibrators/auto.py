@@ -172,7 +172,10 @@ class AutoCalibrator(BaseCalibrator):
         ``"temperature"`` (:class:`TemperatureScaling`), ``"vector"``
         (:class:`VectorScaling`), ``"matrix"`` (ODIR :class:`MatrixScaling`,
         ``reg_off_diagonal=reg_bias=1``) when there are at most 20
-        classes, ``"isotonic"`` (:class:`IsotonicCalibration`), ``"ets"``
+        classes, ``"svs"`` (:class:`StructuredVectorScaling`) and ``"sms"``
+        (:class:`StructuredMatrixScaling`) when there are three classes or
+        more (on two they are penalised ``"vector"`` and ``"matrix"``),
+        ``"isotonic"`` (:class:`IsotonicCalibration`), ``"ets"``
         (:class:`EnsembleTemperatureScaling`) and ``"adaptive"``
         (:class:`AdaptiveTS`, one member, seeded with ``random_state``)
         from 5000 rows up.

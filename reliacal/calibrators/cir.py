@@ -165,6 +165,11 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
             self.knots_.append(knots)
             self.values_.append(values)
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_lookups("knots_", "values_", lambda n_knots: n_knots)
+
     def _apply_maps(self, scores) -> np.ndarray:
         scores = self._on_scale(scores)
         # np.interp keeps the end values beyond the knots.

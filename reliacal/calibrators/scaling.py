@@ -231,8 +231,34 @@ n_iter_ : int
 }
 
 
+class _DiagonalMap:
+    """A weight per class, ``z_k -> w_k z_k``: the map of the vector scalings."""
+
+    def _coef_shape(self, n_classes):
+        return (n_classes,)
+
+    def _initial_coef(self, n_classes):
+        return np.ones(n_classes)
+
+    def _apply_coef(self, coef, logits):
+        return logits * coef
+
+
+class _FullMap:
+    """A K x K weight matrix, ``z -> W z``: the map of the matrix scalings."""
+
+    def _coef_shape(self, n_classes):
+        return (n_classes, n_classes)
+
+    def _initial_coef(self, n_classes):
+        return np.eye(n_classes)
+
+    def _apply_coef(self, coef, logits):
+        return logits @ coef.T
+
+
 @shared_doc(_LBFGS_DOCS)
-class VectorScaling(_LogitScaling):
+class VectorScaling(_DiagonalMap, _LogitScaling):
     r"""Vector scaling: ``p = softmax(w * z + b)``, one weight and one bias per class.
 
     Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural
@@ -288,15 +314,6 @@ class VectorScaling(_LogitScaling):
         store_init_arguments(self, locals())
         super().__init__(**base_params)
 
-    def _coef_shape(self, n_classes):
-        return (n_classes,)
-
-    def _initial_coef(self, n_classes):
-        return np.ones(n_classes)
-
-    def _apply_coef(self, coef, logits):
-        return logits * coef
-
     def _coef_objective(self, coef, logits, logit_gradient):
         # ODIR's off-diagonal part is zero for a diagonal map: no penalty on w.
         return 0.0, np.einsum("ij,ij->j", logit_gradient, logits)
@@ -336,7 +353,7 @@ def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:
 
 
 @shared_doc(_LBFGS_DOCS)
-class MatrixScaling(_LogitScaling):
+class MatrixScaling(_FullMap, _LogitScaling):
     r"""Matrix scaling ``p = softmax(W z + b)``; Dirichlet calibration with ``input="probs"``.
 
     Guo et al. (ICML 2017) fit the full linear map of the logits; Kull,
@@ -432,15 +449,6 @@ class MatrixScaling(_LogitScaling):
                 UserWarning,
                 stacklevel=4,
             )
-
-    def _coef_shape(self, n_classes):
-        return (n_classes, n_classes)
-
-    def _initial_coef(self, n_classes):
-        return np.eye(n_classes)
-
-    def _apply_coef(self, coef, logits):
-        return logits @ coef.T
 
     def _coef_objective(self, coef, logits, logit_gradient):
         n_classes = coef.shape[0]

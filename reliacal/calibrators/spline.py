@@ -128,7 +128,7 @@ class SplineCalibration(OneVsRestCalibrator):
     Lucena, "Spline-Based Probability Calibration", arXiv 1809.07751, 2018
     (the method of the ``splinecalib`` package, which probmetrics wraps).
     ``f`` is a natural cubic spline (linear beyond its boundary knots) in
-    the basis of :func:`natural_spline_basis`, whose coefficients ``beta``
+    the basis of ``natural_spline_basis``, whose coefficients ``beta``
     minimise a ridge-penalised logistic loss,
 
     .. math::
@@ -346,6 +346,26 @@ class SplineCalibration(OneVsRestCalibrator):
                 ConvergenceWarning,
                 stacklevel=4,
             )
+
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import check_loaded_array, loaded_state_error
+
+            n_maps = self._n_maps()
+            for name in ("knots_", "coef_"):
+                tables = getattr(self, name, None)
+                if not isinstance(tables, list) or len(tables) != n_maps:
+                    raise loaded_state_error(self, name, tables, f"a list of {n_maps} arrays")
+            for m, (knots, beta) in enumerate(zip(self.knots_, self.coef_)):
+                knots = check_loaded_array(self, f"knots_[{m}]", (None,), value=knots)
+                # The basis divides by the distances to the last knot: strictly increasing.
+                if knots.shape[0] < 2 or not np.all(np.diff(knots) > 0):
+                    raise loaded_state_error(
+                        self, f"knots_[{m}]", knots, "two or more strictly increasing knots"
+                    )
+                check_loaded_array(self, f"coef_[{m}]", knots.shape, value=beta)
+            check_loaded_array(self, "reg_param_", (n_maps,), minimum=0.0)
 
     def _apply_maps(self, scores) -> np.ndarray:
         return np.column_stack(

@@ -31,7 +31,13 @@ from sklearn.utils._param_validation import Interval
 from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators.scaling import _LBFGS_DOCS, _LogitScaling, check_matrix_size
+from reliacal.calibrators.scaling import (
+    _LBFGS_DOCS,
+    _DiagonalMap,
+    _FullMap,
+    _LogitScaling,
+    check_matrix_size,
+)
 from reliacal.calibrators.temperature import TemperatureScaling
 
 __all__ = ["StructuredMatrixScaling", "StructuredVectorScaling"]
@@ -118,6 +124,25 @@ class _StructuredScaling(_LogitScaling):
     def _bias_weight(self, n_classes: int) -> float:
         return float(self.penalty_weights_[0])
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            from reliacal.persistence import (
+                check_loaded_array,
+                check_loaded_number,
+                loaded_state_error,
+            )
+
+            # Infinity is temperature scaling's limit for logits no better than uniform.
+            check_loaded_number(self, "temperature_", positive=True, finite=False)
+            check_loaded_number(self, "mixture_weight_", positive=True)
+            # 1 / (n + 1) for n (weighted) samples: log(1 - eps) must stay finite.
+            if self.mixture_weight_ >= 1.0:
+                raise loaded_state_error(
+                    self, "mixture_weight_", self.mixture_weight_, "a number in (0, 1)"
+                )
+            check_loaded_array(self, "penalty_weights_", (3,), minimum=0.0)
+
     def _coef_curvature(self, curvature, logits) -> np.ndarray:
         """The diagonal of the Hessian of the loss in ``coef`` at the identity map."""
         raise NotImplementedError
@@ -202,7 +227,7 @@ class _StructuredScaling(_LogitScaling):
 
 
 @shared_doc(_STRUCTURED_DOCS)
-class StructuredVectorScaling(_StructuredScaling):
+class StructuredVectorScaling(_DiagonalMap, _StructuredScaling):
     r"""Structured vector scaling (SVS): ``softmax(diag(w) z' + b)`` after temperature scaling.
 
     {reference}
@@ -277,15 +302,6 @@ class StructuredVectorScaling(_StructuredScaling):
     def _strengths(self):
         return self.reg_bias, self.reg_diagonal, 0.0
 
-    def _coef_shape(self, n_classes):
-        return (n_classes,)
-
-    def _initial_coef(self, n_classes):
-        return np.ones(n_classes)
-
-    def _apply_coef(self, coef, logits):
-        return logits * coef
-
     def _coef_curvature(self, curvature, logits):
         return np.einsum("ij,ij->j", curvature, logits**2) + 2.0 * self.penalty_weights_[1]
 
@@ -297,7 +313,7 @@ class StructuredVectorScaling(_StructuredScaling):
 
 
 @shared_doc(_STRUCTURED_DOCS)
-class StructuredMatrixScaling(_StructuredScaling):
+class StructuredMatrixScaling(_FullMap, _StructuredScaling):
     r"""Structured matrix scaling (SMS): ``softmax(W z' + b)`` after temperature scaling.
 
     {reference}
@@ -392,12 +408,6 @@ class StructuredMatrixScaling(_StructuredScaling):
 
     def _strengths(self):
         return self.reg_bias, self.reg_diagonal, self.reg_off_diagonal
-
-    def _coef_shape(self, n_classes):
-        return (n_classes, n_classes)
-
-    def _initial_coef(self, n_classes):
-        return np.eye(n_classes)
 
     def _apply_coef(self, coef, logits):
         # In the logits' precision: float32 for the rough first pass.

@@ -36,10 +36,11 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils._param_validation import Interval
 
+from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators._classic import OneVsRestCalibrator
+from reliacal.calibrators._classic import CLASSIC_METHOD_DOCS, OneVsRestCalibrator
 
 __all__ = ["VennAbersCalibration", "cumulative_diagram", "venn_abers_bounds"]
 
@@ -212,7 +213,7 @@ class VennAbersCalibration(OneVsRestCalibrator):
     and ``predict_interval`` returns ``[p0, p1]`` itself. The bounds of all
     test scores are tabulated at fit time in ``O(n log n)`` (a sort, then a
     linear sweep over the convex hulls of the cumulative sum diagram; see
-    :func:`venn_abers_bounds`); a test score equal to a calibration score is
+    ``venn_abers_bounds``); a test score equal to a calibration score is
     placed after the tied calibration scores for ``p0`` and before them for
     ``p1``, as the ``venn-abers`` package does.
 
@@ -327,6 +328,59 @@ class VennAbersCalibration(OneVsRestCalibrator):
             self.lower_.append(lower)
             self.upper_.append(upper)
 
+    def _check_loaded_state(self) -> None:
+        super()._check_loaded_state()
+        if hasattr(self, "classes_"):
+            self._check_loaded_predictors()
+
+    def _check_loaded_predictors(self) -> None:
+        """One predictor per fold, each with a sorted table of knots per map and the
+        bounds of its ``len(knots) + 1`` gaps: ``p0`` in ``[0, 1)``, ``p1`` in ``(0, 1]``."""
+        from reliacal.persistence import check_loaded_array, loaded_state_error
+
+        n_folds = 1 if self.inductive else self.n_splits
+        n_maps = self._n_maps()
+        for name in ("knots_", "lower_", "upper_"):
+            folds = getattr(self, name, None)
+            if not (
+                isinstance(folds, list)
+                and len(folds) == n_folds
+                and all(isinstance(fold, list) and len(fold) == n_maps for fold in folds)
+            ):
+                raise loaded_state_error(
+                    self, name, folds, f"a list of {n_folds} lists of {n_maps} arrays"
+                )
+        for fold in range(n_folds):
+            for m in range(n_maps):
+                knots = check_loaded_array(
+                    self,
+                    f"knots_[{fold}][{m}]",
+                    (None,),
+                    value=self.knots_[fold][m],
+                    increasing=True,
+                )
+                gaps = (knots.shape[0] + 1,)
+                lower = check_loaded_array(
+                    self,
+                    f"lower_[{fold}][{m}]",
+                    gaps,
+                    value=self.lower_[fold][m],
+                    minimum=0.0,
+                    maximum=1.0,
+                )
+                if lower.max() >= 1.0:
+                    raise loaded_state_error(
+                        self, f"lower_[{fold}][{m}]", lower, "bounds p0 below 1"
+                    )
+                check_loaded_array(
+                    self,
+                    f"upper_[{fold}][{m}]",
+                    gaps,
+                    value=self.upper_[fold][m],
+                    maximum=1.0,
+                    positive=True,
+                )
+
     def _fold_bounds(self, fold: int, scores) -> tuple[np.ndarray, np.ndarray]:
         """``(p0, p1)`` of shape ``(n, m)`` from the predictor of one fold."""
         knots, lower, upper = self.knots_[fold], self.lower_[fold], self.upper_[fold]
@@ -352,13 +406,11 @@ class VennAbersCalibration(OneVsRestCalibrator):
         p0, p1 = self._bounds(scores)
         return p1 / (1.0 - p0 + p1)
 
+    @shared_doc(CLASSIC_METHOD_DOCS)
     def predict_interval(self, X) -> np.ndarray:
         """Return the Venn-Abers multiprobability ``[p0, p1]`` of each sample.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, K) or (n_samples,), Dataset or DataLoader
-            Input in the form given to ``fit``.
+        {classic_input}
 
         Returns
         -------

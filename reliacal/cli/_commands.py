@@ -116,9 +116,10 @@ def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streamable-only",
         action="store_true",
-        help="report only the metrics computed from per-bin sums (constant memory on any "
-        "number of rows; no adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or "
-        "smooth every confidence)",
+        help="report only the metrics computed from per-bin sums, in one read (no "
+        "adaptive_ece, smooth_ece, ks_error or sweep_ece, which sort or smooth every "
+        "confidence: for a parquet file or folder the full report keeps a fine histogram "
+        "of them and reads the rows again, in constant memory too)",
     )
 
 
@@ -172,6 +173,13 @@ def _add_demo_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reliacal-demo", help="output folder")
     parser.add_argument("--quick", action="store_true", help="few epochs (a smoke test)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and training")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="also write the headline table and its claims to this Markdown file (the block "
+        "the README quotes; replaced if it exists)",
+    )
     _add_quiet_option(parser)
 
 
@@ -399,7 +407,7 @@ def _stream(arguments: argparse.Namespace, name: str) -> dict:
         arguments.predictions,
         n_bins=arguments.n_bins,
         classes=arguments.classes,
-        keep_confidences=not arguments.streamable_only,
+        streamable_only=arguments.streamable_only,
         progress=None if arguments.progress.enabled else False,
         **_reading_options(arguments),
     )
@@ -608,6 +616,15 @@ def _demo(arguments: argparse.Namespace) -> int:
         verbose=not arguments.quiet,
     )
     _say(f"wrote {result.report_path} and {result.html_path}")
+    if arguments.results is not None:
+        from reliacal.cli._outputs import write_atomically
+        from reliacal.demo import results_file
+
+        command = "reliacal demo" + (" --quick" if arguments.quick else "")
+        command += f" --seed {arguments.seed}" if arguments.seed else ""
+        text = results_file(result.summary, f"{command} --results {arguments.results}")
+        write_atomically(arguments.results, lambda temporary: temporary.write_text(text))
+        _say(f"wrote {arguments.results}")
     return 0
 
 

@@ -14,13 +14,13 @@ from reliacal.datasets._builtin import (
     DataSplits,
     default_digits_training_config,
     load_digits_images,
-    load_wordnet_glosses,
     make_logits,
     make_tiny_bert,
     make_tiny_vit,
     train_calibration_test_split,
     train_digits_classifier,
 )
+from reliacal.datasets._wordnet import load_wordnet_glosses
 
 # Prediction-file reading moved to reliacal.io; these names stay importable from here for
 # code written before the move.

@@ -8,27 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-# The WordNet loader lives in its own module (one job each) and is part of this API.
-from reliacal.datasets._wordnet import load_wordnet_glosses
-
 if TYPE_CHECKING:  # imported lazily at run time: torch and timm are slow to import
     import torch
     from timm.models.vision_transformer import VisionTransformer
     from transformers import BertForSequenceClassification
 
     from reliacal.training import TrainingConfig, TrainingResult
-
-__all__ = [
-    "DataSplits",
-    "default_digits_training_config",
-    "load_digits_images",
-    "load_wordnet_glosses",
-    "make_logits",
-    "make_tiny_bert",
-    "make_tiny_vit",
-    "train_calibration_test_split",
-    "train_digits_classifier",
-]
 
 
 def load_digits_images(image_size: int = 16) -> tuple[np.ndarray, np.ndarray]:

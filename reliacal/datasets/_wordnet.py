@@ -132,7 +132,7 @@ def load_wordnet_glosses(
         Which data file to read (``data.<pos>``).
     wordnet_dir : str or path, optional
         The folder holding ``data.<pos>``; by default the first of
-        :data:`WORDNET_DIRS` that has it.
+        ``WORDNET_DIRS`` (``/usr/share/wordnet`` and the usual install folders) that has it.
     return_X_y : bool, default=False
         Return ``(glosses, target)`` instead of the Bunch, as scikit-learn's
         loaders do.

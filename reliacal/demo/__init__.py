@@ -14,6 +14,10 @@ function from the :class:`DemoContext` (the trained model, its adapter, the
 data splits, the cached logits and pooled features, the training settings,
 the seed) to the test probabilities, or to a :class:`MethodOutput` that also
 carries extra figures.
+
+:func:`results_file` turns a run's ``summary`` (the headline table and the
+claims it supports) into the file ``reliacal demo --results PATH`` writes;
+the README quotes that block, and the tests check that it is the demo's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from reliacal.demo._run import (
     post_hoc,
     run_demo,
 )
+from reliacal.demo._summary import results_file
 
 __all__ = [
     "DemoContext",
@@ -35,5 +40,6 @@ __all__ = [
     "METHODS",
     "MethodOutput",
     "post_hoc",
+    "results_file",
     "run_demo",
 ]

@@ -98,7 +98,7 @@ class ReportWriter:
             self.files.append(path)
 
     def reports(
-        self, report, setup: list[str], last_key: str, significance=None
+        self, report, setup: list[str], last_key: str, significance=None, findings=()
     ) -> tuple[Path, Path]:
         table = report.copy()
         table.index.name = "method"
@@ -112,6 +112,10 @@ class ReportWriter:
         if significance is not None:
             markdown += [f"## {_SIGNIFICANCE_TITLE}", "", _markdown_table(significance), ""]
             markdown += [_SIGNIFICANCE_NOTE, ""]
+        # The claims the tables support (which is lowest, which gains are significant).
+        claims = [line.removeprefix("- ") for line in findings]
+        if claims:
+            markdown += ["## In short", ""] + [f"- {line}" for line in claims] + [""]
         for title, figures in self.sections:
             markdown += [f"## {title}", ""]
             for caption, path in figures:
@@ -138,6 +142,9 @@ class ReportWriter:
             body += [f"<h2>{html.escape(_SIGNIFICANCE_TITLE)}</h2>"]
             body += [_html_table(significance, "significance")]
             body += [f"<p>{html.escape(_SIGNIFICANCE_NOTE)}</p>"]
+        if claims:
+            body += ["<h2>In short</h2>", "<ul>"]
+            body += [f"<li>{html.escape(line)}</li>" for line in claims] + ["</ul>"]
         for title, figures in self.sections:
             body.append(f"<h2>{html.escape(title)}</h2>")
             for caption, path in figures:

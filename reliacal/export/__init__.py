@@ -48,6 +48,7 @@ from reliacal.export._modules import (
     TemperatureMap,
     TopLabelBinningMap,
     one_vs_rest_log_odds,
+    one_vs_rest_probabilities,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "attach",
     "calibrator_module",
     "one_vs_rest_log_odds",
+    "one_vs_rest_probabilities",
 ]
 
 

@@ -25,17 +25,6 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = [
-    "CalibratorModule",
-    "EnsembleTemperatureMap",
-    "IdentityMap",
-    "LinearLogitMap",
-    "OneVsRestMap",
-    "TemperatureMap",
-    "TopLabelBinningMap",
-    "one_vs_rest_log_odds",
-]
-
 
 def _constant(values) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values, dtype=np.float64))
@@ -72,6 +61,32 @@ def one_vs_rest_log_odds(logits: torch.Tensor) -> torch.Tensor:
     # The numpy calibrators clip log-odds to +-log(1 / tiny) of float64 (a literal: TorchScript
     # reads no module globals).
     return torch.clamp(log_odds, -708.3964185322641, 708.3964185322641)
+
+
+def one_vs_rest_probabilities(mapped: torch.Tensor, binary: bool) -> torch.Tensor:
+    """One-vs-rest probabilities ``(n, m)`` as a probability matrix, as ``predict_proba`` forms it.
+
+    Clipped to ``[0, 1]``; with two classes (``m = 1``, the positive class's
+    map) the rows are ``[1 - p, p]``; with more, each row is divided by its
+    sum, and a row whose maps all give 0 becomes uniform.
+
+    Examples
+    --------
+    >>> import torch
+    >>> one_vs_rest_probabilities(torch.tensor([[0.2, 0.6], [0.0, 0.0]]), binary=False)
+    tensor([[0.2500, 0.7500],
+            [0.5000, 0.5000]])
+    >>> one_vs_rest_probabilities(torch.tensor([[0.25]]), binary=True)
+    tensor([[0.7500, 0.2500]])
+    """
+    mapped = torch.clamp(mapped, 0.0, 1.0)
+    if binary:
+        return torch.cat([1.0 - mapped, mapped], dim=1)
+    totals = mapped.sum(dim=1, keepdim=True)
+    empty = totals == 0
+    mapped = torch.where(empty, torch.ones_like(mapped), mapped)
+    totals = torch.where(empty, torch.full_like(totals, mapped.shape[1]), totals)
+    return mapped / totals
 
 
 def _log1p_exp(values: torch.Tensor) -> torch.Tensor:
@@ -361,15 +376,7 @@ class OneVsRestMap(nn.Module):
         scores = one_vs_rest_log_odds(logits)
         if self.binary:
             scores = scores[:, 1:]
-        mapped = torch.clamp(self._maps(scores), 0.0, 1.0)
-        if self.binary:
-            return torch.cat([1.0 - mapped, mapped], dim=1)
-        totals = mapped.sum(dim=1, keepdim=True)
-        empty = totals == 0
-        # A row whose maps all give 0 becomes uniform.
-        mapped = torch.where(empty, torch.ones_like(mapped), mapped)
-        totals = torch.where(empty, torch.full_like(totals, mapped.shape[1]), totals)
-        return mapped / totals
+        return one_vs_rest_probabilities(self._maps(scores), self.binary)
 
 
 class TopLabelBinningMap(nn.Module):

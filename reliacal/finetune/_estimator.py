@@ -87,7 +87,7 @@ class FinetuneEstimator(
         checkpoint_dir: str | None = None,
         device: str = "auto",
         random_state: Any = None,
-        verbose: int | bool = 0,
+        verbose: int | bool = 1,
         classes: Any = None,
         label_key: str = DEFAULT_LABEL_KEY,
         n_threads: int | None = None,

@@ -129,11 +129,12 @@ class DiffusionReconfigurer(FinetuneEstimator):
     initialisation, then learns a correction of the teacher's step and the
     noise, and the student starts as the teacher itself (same predictions, up
     to the ``noise_init`` noise) instead of as a network with its last ``k``
-    blocks removed. ``anchor="none"`` is the paper's form, smaller than the
-    teacher; it starts far from the teacher (with ``k = L`` at chance) and
-    needs the authors' long schedule (hundreds of epochs with warm-up) to
-    recover, all the more since the EMA of the weights moves slowly in a
-    short run (``benchmarks/results/decisions.md#director-anchor``).
+    blocks removed. ``anchor="none"`` is the paper's form, the one that
+    compresses: with ``reconfigure="all"`` the student is smaller than the
+    teacher. It starts far from the teacher (with ``k = L`` at chance) and
+    recovers only over enough optimiser steps, all the more since the EMA of
+    the weights moves slowly in a short run
+    (``benchmarks/results/decisions.md#director-anchor``).
 
     Training minimises (through :func:`reliacal.training.fit_module`)::
 
@@ -181,9 +182,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         ``"teacher"``: the shared step corrects the output of the teacher's
         block (see above), so the student starts at the teacher's accuracy;
         the parameter count is then the teacher's plus the shared step's.
-        ``"none"``: the paper's student, which replaces the blocks.
-        ``"teacher"`` because the unanchored student lost most of its
-        teacher's accuracy in short fits
+        ``"none"``: the paper's student, which replaces the blocks and, with
+        ``reconfigure="all"``, has fewer parameters than the teacher.
+        ``"teacher"`` by default because in short fits the anchored student
+        was the more accurate and the unanchored one fell below its teacher
         (``benchmarks/results/decisions.md#director-anchor``).
     lambda_mean, lambda_var, lambda_ce : float, default=0.5, 0.0, 0.5
         Weights of mean matching, noise matching and cross-entropy: the
@@ -230,7 +232,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
     accuracy_margin : float, default=0.02
         At the end of ``fit`` the student's validation accuracy (of the kept
         checkpoint, ``n_draws`` paths) is compared with the teacher's on the
-        same held-out rows; a :class:`StudentBelowTeacherWarning` says what to
+        same held-out rows; a ``StudentBelowTeacherWarning`` says what to
         change when it is lower by more than this (0.02 = 2 points). Nothing
         is compared with ``validation_fraction=0``.
     n_iter_no_change : int or None, default=None
@@ -245,8 +247,10 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Seeds the student's initialisation, training, and the noise of every
         prediction call (each call then draws the same paths); a RandomState
         gives the seed it draws.
-    verbose : int or bool, default=0
-        Progress bars (1: epochs, 2: also batches).
+    verbose : int or bool, default=1
+        Progress bars on stderr, as PyTorch Lightning shows them: 1 over the
+        epochs and the batches of fit and predict, 2 also a line of scores
+        per epoch, 0 silent. On by default, since a fine-tuning takes minutes.
     classes : array-like of shape (K,) or None, default=None
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or

@@ -161,7 +161,7 @@ class TransitionNetwork(nn.Module):
     width : int
         Token width ``D``.
     depth : int, default=1
-        Number of :class:`AdaLNBlock` in sequence.
+        Number of adaptive-layer-norm blocks in sequence.
     num_heads : int, default=1
         Attention heads per block.
 
@@ -408,7 +408,7 @@ class DirectorStudent(nn.Module):
     do the shared front blocks. States are the plain block boundaries:
     ``h_t`` is the output of teacher block ``t``.
 
-    Built by :func:`build_student`; see ``DiffusionReconfigurer`` for use.
+    Built by :func:`reliacal.nn.build_director_student`; see ``DiffusionReconfigurer`` for use.
     """
 
     def __init__(

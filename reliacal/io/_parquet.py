@@ -3,11 +3,13 @@
 ``reliacal evaluate PRED.parquet`` (or a folder of parquet files) reads the
 file with pyarrow one batch of rows at a time (pyarrow decodes one row group
 at a time) and feeds a :class:`reliacal.metrics.CalibrationState`; only the
-state's per-bin sums, plus one confidence and one correctness flag per row
-when the sorted and smoothed metrics are asked for, outlive a batch. The
-columns are read as :func:`reliacal.io.load_prediction_file` reads a table
-(label column, class columns, their order and names), decided on the first
-batch and then fixed.
+state's per-bin sums, and the fine histogram of the confidences when the sorted
+and smoothed metrics are asked for, outlive a batch. Those metrics then read
+the files again, usually once, to collect the few samples whose order the
+histogram leaves open (:meth:`~reliacal.metrics.CalibrationState.refinement`):
+memory stays constant whatever the number of rows. The columns are read as
+:func:`reliacal.io.load_prediction_file` reads a table (label column, class
+columns, their order and names), decided on the first batch and then fixed.
 """
 
 from __future__ import annotations
@@ -113,6 +115,62 @@ def _frames(file: Path, root: Path, batch_rows: int) -> Iterator:
                 yield batch.to_pandas()
 
 
+class _Reader:
+    """The batches of parquet files as ``(labels, values)``, read again on every pass."""
+
+    def __init__(self, files, root, *, probs_key, labels_key, logits, classes, batch_rows):
+        self.files, self.root = files, root
+        self.probs_key, self.labels_key = probs_key, labels_key
+        self.logits, self.classes = logits, classes
+        self.batch_rows = batch_rows
+        self.columns: _Columns | None = None
+
+    def feed(self, consume, bar, start=None) -> None:
+        """``consume(labels, values)`` for every batch; ``start(columns)`` before the first.
+
+        A ``ValueError`` names the file and, where the values look like logits, says so.
+        """
+        from reliacal._validation import check_logits
+        from reliacal.io._columns import names_logits
+        from reliacal.io._prediction_files import (
+            _explain_not_probabilities,
+            warn_if_probabilities,
+        )
+
+        for file in self.files:
+            for frame in _frames(file, self.root, self.batch_rows):
+                first = self.columns is None
+                if first:
+                    self.columns = _columns(
+                        file, frame, self.probs_key, self.labels_key, self.classes
+                    )
+                    # Columns logit_0, logit_1, ... hold logits, as their names say.
+                    named_logits = not self.logits and names_logits(self.columns.value_columns)
+                    self.logits = self.logits or named_logits
+                if start is not None:
+                    start(self.columns)
+                    start = None
+                columns = self.columns
+                values = frame[columns.value_columns].to_numpy(dtype=np.float64)
+                if len(columns.value_columns) == 1:
+                    values = values[:, 0]
+                if first and named_logits:
+                    warn_if_probabilities(file, values, columns.description)
+                labels = frame[columns.label_column].to_numpy()
+                n_rows = len(frame)
+                del frame
+                try:
+                    if self.logits:
+                        values = softmax(check_logits(values, name="logits"))
+                    consume(labels, values)
+                except ValueError as error:
+                    message = _explain_not_probabilities(
+                        error, values, columns.value_columns, self.logits
+                    )
+                    raise ValueError(f"{file.name}: {message}") from None
+                bar.update(n_rows)
+
+
 def _progress_bar(total: int, name: str, progress):
     from tqdm.auto import tqdm
 
@@ -135,7 +193,7 @@ def stream_parquet(
     labels_key: str | None = None,
     logits: bool = False,
     classes=None,
-    keep_confidences: bool = True,
+    streamable_only: bool = False,
     batch_rows: int = BATCH_ROWS,
     progress=None,
 ) -> tuple[CalibrationState, str]:
@@ -150,14 +208,16 @@ def stream_parquet(
         Bins of the binned metrics.
     probs_key, labels_key, logits, classes
         As :func:`reliacal.io.load_prediction_file` (``classes`` is its ``labels``).
-    keep_confidences : bool, default=True
-        Keep one confidence and correctness flag per row (9 bytes), for the
-        sorted and smoothed metrics; False keeps memory constant.
+    streamable_only : bool, default=False
+        Read the files once, for the metrics that stream from bin sums. By default
+        the state also gives the sorted and smoothed metrics: it keeps a fine
+        histogram of the confidences, made exact by reading the files again
+        (usually once more); memory stays constant either way.
     batch_rows : int, default=65536
         Rows per batch.
     progress : file-like, None or False, default=None
-        Where the progress bar goes; None: stderr, when it is a terminal;
-        False: no bar.
+        Where the progress bar goes (one bar per pass); None: stderr, when it is a
+        terminal; False: no bar.
 
     Returns
     -------
@@ -173,6 +233,8 @@ def stream_parquet(
     >>> state, source = stream_parquet(path)
     >>> state.n_samples, source
     (2, "preds.parquet: probabilities from 2 columns (p0, p1), labels from column 'label'")
+    >>> round(state.compute(["ks_error"])["ks_error"], 4)
+    0.15
     """
     try:
         import pyarrow.parquet as pq
@@ -181,10 +243,6 @@ def stream_parquet(
             "reading parquet batch by batch needs pyarrow: pip install pyarrow, or pip "
             "install 'reliacal[parquet]'"
         ) from None
-
-    from reliacal._validation import check_logits
-    from reliacal.io._columns import names_logits
-    from reliacal.io._prediction_files import _explain_not_probabilities, warn_if_probabilities
 
     path = Path(path)
     files = parquet_files(path)
@@ -204,38 +262,33 @@ def stream_parquet(
             )
     if total == 0:
         raise ValueError(f"{path.name} has no rows")
-    columns = None
-    state = None
+    reader = _Reader(
+        files,
+        path,
+        probs_key=probs_key,
+        labels_key=labels_key,
+        logits=logits,
+        classes=classes,
+        batch_rows=batch_rows,
+    )
+    states = []
+
+    def start(columns: _Columns) -> None:
+        states.append(
+            CalibrationState(n_bins, labels=columns.classes, histogram=not streamable_only)
+        )
+
     with _progress_bar(total, path.name, progress) as bar:
-        for file in files:
-            for frame in _frames(file, path, batch_rows):
-                first = columns is None
-                if first:
-                    columns = _columns(file, frame, probs_key, labels_key, classes)
-                    state = CalibrationState(
-                        n_bins, labels=columns.classes, keep_confidences=keep_confidences
-                    )
-                    # Columns logit_0, logit_1, ... hold logits, as their names say.
-                    named_logits = not logits and names_logits(columns.value_columns)
-                    logits = logits or named_logits
-                values = frame[columns.value_columns].to_numpy(dtype=np.float64)
-                if len(columns.value_columns) == 1:
-                    values = values[:, 0]
-                if first and named_logits:
-                    warn_if_probabilities(file, values, columns.description)
-                labels = frame[columns.label_column].to_numpy()
-                n_rows = len(frame)
-                del frame
-                try:
-                    if logits:
-                        values = softmax(check_logits(values, name="logits"))
-                    state.update(labels, values)
-                except ValueError as error:
-                    message = _explain_not_probabilities(
-                        error, values, columns.value_columns, logits
-                    )
-                    raise ValueError(f"{file.name}: {message}") from None
-                bar.update(n_rows)
+        reader.feed(lambda labels, values: states[0].update(labels, values), bar, start)
+    (state,) = states
+    # The histogram's refining passes read the files again, until its metrics are exact.
+    passes = 1
+    while (refinement := state.refinement()) is not None:
+        passes += 1
+        with _progress_bar(total, f"{path.name} (pass {passes})", progress) as bar:
+            reader.feed(refinement.update, bar)
+        state.refine(refinement)
+    columns, logits = reader.columns, reader.logits
     kind = "logits" if logits else "probabilities"
     source = f"{path.name}: {kind} from {columns.description}"
     source += " (softmax applied)" if logits else ""

@@ -21,8 +21,10 @@ Scorers for scikit-learn model selection: ``ece_scorer``, ``nll_scorer`` and
 The metric functions and :func:`calibration_report` also take Dask arrays and
 DataFrames (per-partition :class:`CalibrationState` objects, merged; Dask is
 imported only then). :func:`calibration_states` and :func:`report_from_states`
-build the report from streaming states, block by block. The mode names live in
-:mod:`reliacal.metrics.modes`. ``reliacal.metrics.torchmetrics.BinnedCalibrationError``
+build the report from streaming states, block by block; a state with
+``histogram=True`` gives the sorted and smoothed metrics too, in constant memory,
+after a further pass over the same batches (:meth:`CalibrationState.refine_with`).
+The mode names live in :mod:`reliacal.metrics.modes`. ``reliacal.metrics.torchmetrics.BinnedCalibrationError``
 is a torchmetrics ``Metric`` of per-bin sums (needs torchmetrics).
 """
 

@@ -33,7 +33,7 @@ STRATEGIES = ("uniform", "quantile")
 _CHUNK_SAMPLES = 1 << 16
 
 
-def _array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:
+def array_split_starts(n_samples: int, n_bins: int) -> np.ndarray:
     """Start of each of ``n_bins`` groups (plus the end), as ``numpy.array_split``."""
     base, extra = divmod(n_samples, n_bins)
     sizes = np.full(n_bins, base, dtype=np.int64)
@@ -142,11 +142,38 @@ def uniform_sums(confidence, outcome, n_bins: int):
     return uniform_edges(n_bins), counts, sum_confidence, sum_outcome
 
 
-def quantile_sums(confidence, outcome, n_bins: int):
-    """Quantile-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores."""
+def uniform_sums_of_sorted(confidence, outcome, n_bins: int):
+    """:func:`uniform_sums` of scores in :func:`sort_scores` order: a search per edge.
+
+    Bin ``b`` holds ``(edges[b], edges[b + 1]]`` (the first also 0): the samples
+    between the counts of values at most each edge, which ``searchsorted`` finds.
+    """
+    edges = uniform_edges(n_bins)
+    bounds = np.concatenate(
+        [[0], np.searchsorted(confidence, edges[1:-1], side="right"), [confidence.shape[0]]]
+    )
+    counts = np.diff(bounds)
+    filled = counts > 0
+    sum_confidence = np.zeros(n_bins)
+    sum_outcome = np.zeros(n_bins)
+    # Consecutive non-empty bins: each sum runs to the next one's start.
+    starts = bounds[:-1][filled]
+    sum_confidence[filled] = np.add.reduceat(confidence, starts)
+    sum_outcome[filled] = np.add.reduceat(outcome, starts, dtype=np.float64)
+    return edges, counts, sum_confidence, sum_outcome
+
+
+def quantile_sums(confidence, outcome, n_bins: int, *, is_sorted: bool = False):
+    """Quantile-bin ``(edges, counts, sum_confidence, sum_outcome)`` of float64 scores.
+
+    ``is_sorted``: the scores are already in :func:`sort_scores` order (no partition).
+    """
     n_samples = confidence.shape[0]
-    starts = _array_split_starts(n_samples, n_bins)
-    ordered_confidence, ordered_outcome = _quantile_order(confidence, outcome, starts)
+    starts = array_split_starts(n_samples, n_bins)
+    if is_sorted:
+        ordered_confidence, ordered_outcome = confidence, outcome
+    else:
+        ordered_confidence, ordered_outcome = _quantile_order(confidence, outcome, starts)
     counts = np.diff(starts)
     filled = int(np.count_nonzero(counts))  # array_split leaves the empty groups last
     first = starts[:filled]
@@ -156,7 +183,9 @@ def quantile_sums(confidence, outcome, n_bins: int):
     sum_outcome[:filled] = np.add.reduceat(ordered_outcome, first, dtype=np.float64)
     edges = np.ones(n_bins + 1)
     edges[0] = 0.0
-    if filled > 1:
+    if filled > 1 and is_sorted:
+        edges[1:filled] = (ordered_confidence[first[1:] - 1] + ordered_confidence[first[1:]]) / 2
+    elif filled > 1:
         lowest = np.minimum.reduceat(ordered_confidence, first)
         highest = np.maximum.reduceat(ordered_confidence, first)
         edges[1:filled] = (highest[:-1] + lowest[1:]) / 2
@@ -164,11 +193,16 @@ def quantile_sums(confidence, outcome, n_bins: int):
 
 
 def bin_scores(
-    confidence: np.ndarray, outcome: np.ndarray, n_bins: int, strategy: str
+    confidence: np.ndarray, outcome: np.ndarray, n_bins: int, strategy: str, *, is_sorted=False
 ) -> BinnedStatistics:
-    """Bin float64 confidences in [0, 1] with boolean outcomes (validated input)."""
-    sums = uniform_sums if strategy == "uniform" else quantile_sums
-    return statistics_from_sums(*sums(confidence, outcome, n_bins))
+    """Bin float64 confidences in [0, 1] with boolean outcomes (validated input).
+
+    ``is_sorted``: the scores are in :func:`sort_scores` order, which quantile bins
+    then split without partitioning them again.
+    """
+    if strategy == "uniform":
+        return statistics_from_sums(*uniform_sums(confidence, outcome, n_bins))
+    return statistics_from_sums(*quantile_sums(confidence, outcome, n_bins, is_sorted=is_sorted))
 
 
 @shared_doc(METRIC_DOCS)

@@ -12,7 +12,7 @@ from reliacal._validation import (
 )
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
+from reliacal.metrics._inputs import check_prediction_inputs, check_predictions
 from reliacal.metrics._predictions import (
     ClasswiseSums,
     binary_columns,
@@ -75,17 +75,23 @@ def debiased_error_from_statistics(stats: BinnedStatistics) -> float:
 
 
 def classwise_sums(
-    y_index: np.ndarray, y_prob: np.ndarray, n_bins: int, strategy: str = "uniform"
+    y_index: np.ndarray, y_prob: np.ndarray, n_bins: int, strategy: str = "uniform", values=None
 ) -> ClasswiseSums:
     """Per-(class, bin) sums of every binary problem ``(p_k, [y == k])`` (validated input).
 
-    Uniform bins cost one blocked pass over the matrix (see :func:`scan_matrix`);
-    quantile bins sort one column at a time, so memory stays O(n) either way.
+    Uniform bins cost one blocked pass over the matrix (see :func:`scan_matrix`),
+    which also runs ``values``, the deferred checks of a 2-D ``y_prob``; quantile
+    bins sort one column at a time, so memory stays O(n) either way.
     """
     if y_prob.ndim == 1:
         y_prob = binary_columns(y_prob)
+        values = None  # checked already, in its 1-D form
     if strategy == "uniform":
-        return scan_matrix(y_prob, y_index, top_label=False, classwise_bins=n_bins).classwise
+        return scan_matrix(
+            y_prob, y_index, top_label=False, classwise_bins=n_bins, values=values
+        ).classwise
+    if values is not None:
+        values.check_all()
     n_classes = y_prob.shape[1]
     check_classwise_bins(n_bins, n_classes)
     counts = np.zeros((n_classes, n_bins))
@@ -289,8 +295,8 @@ def classwise_calibration_error(
     0.375
     """
     n_bins = _check_common(n_bins, strategy, norm)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy), norm)
+    y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
+    return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy, values), norm)
 
 
 @shared_doc(METRIC_DOCS)

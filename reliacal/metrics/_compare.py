@@ -319,7 +319,7 @@ def compare(
 
     Replicate indices are
     ``np.random.default_rng(random_state).integers(0, n, (n_bootstraps, n))``
-    (see :func:`bootstrap_indices`), drawn in chunks of about a million indices.
+    (``bootstrap_indices``), drawn in chunks of about a million indices.
 
     ================  ==========================================================
     ``accuracy``      :func:`accuracy`

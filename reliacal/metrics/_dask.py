@@ -6,8 +6,12 @@ only these states (per-bin sums, a few kilobytes) travel to the client, where
 they are merged in partition order. The merged state is the state a loop
 over the partitions would build, so the streamable metrics equal the in-memory
 ones up to floating-point summation order (relative 1e-12 in the tests). The
-metrics that need every confidence (quantile bins, smoothing, sorting) gather
-one confidence and one correctness flag per row (9 bytes) to the client.
+metrics that need every confidence (quantile bins, smoothing, sorting) come from
+histogram states (``CalibrationState(histogram=True)``): each partition bins its
+confidences into a fine histogram, merged like the sums, and further passes over
+the partitions refine the few buckets where those metrics need the samples'
+order (:meth:`~reliacal.metrics.CalibrationState.refinement`), so the client's
+memory stays constant and the values are exact (the same tolerance).
 
 Labels and probabilities must reach each worker in the same rows:
 
@@ -39,6 +43,9 @@ import numpy as np
 from reliacal.metrics._inputs import in_class_order, rows_shifted
 from reliacal.metrics._registry import BY_NAME
 from reliacal.metrics._streaming import CalibrationState
+
+# Refining passes at most (as CalibrationState.refine_with).
+_MAX_PASSES = 16
 
 __all__ = ["dask_aware", "dask_state", "is_dask_collection"]
 
@@ -82,9 +89,20 @@ def _partition_state(partition: int, y_true, y_prob, settings: dict):
         return _Refused(str(error), partition)
 
 
-def _frame_partition_state(partition: int, frame, label_column, probability_columns, settings):
-    """The state of one partition of the joined frame (runs on a worker)."""
-    return _partition_state(partition, frame[label_column], frame[probability_columns], settings)
+def _partition_refinement(partition: int, y_true, y_prob, refinement):
+    """One partition's part of a refining pass (runs on a worker)."""
+    del partition  # a pass over data checked by the first: no row to report
+    part = refinement.fresh()
+    y_true = y_true.to_numpy() if hasattr(y_true, "to_numpy") else np.asarray(y_true)
+    y_prob = y_prob.to_numpy() if hasattr(y_prob, "to_numpy") else np.asarray(y_prob)
+    if y_true.shape[0] == 0 and y_prob.shape[0] == 0:
+        return part
+    return part.update(y_true, y_prob)
+
+
+def _on_frame(partition: int, frame, label_column, probability_columns, function, argument):
+    """``function`` of one partition of the joined frame (runs on a worker)."""
+    return function(partition, frame[label_column], frame[probability_columns], argument)
 
 
 def _merge(first, second):
@@ -94,10 +112,18 @@ def _merge(first, second):
     if isinstance(second, _Refused):
         return second
     merged = CalibrationState(
-        first.n_bins, labels=first.labels, keep_confidences=first.keep_confidences
+        first.n_bins,
+        labels=first.labels,
+        keep_confidences=first.keep_confidences,
+        histogram=first.histogram,
     )
     # Adding to the new state's zeros is exact: the sums equal a loop's over the partitions.
     return merged.merge(first).merge(second)
+
+
+def _merge_refinements(first, second):
+    """A new part of the pass holding both (task results are not modified in place)."""
+    return first.fresh().merge(first).merge(second)
 
 
 def _labels_series(y_true):
@@ -118,31 +144,39 @@ def _free_name(taken) -> str:
     return name
 
 
-def _frame_tasks(y_true, y_prob, settings):
-    """Tasks of two Dask frames joined into one, and the partitions' lengths on demand."""
-    import dask
+class _FrameSource:
+    """Two Dask frames joined into one: a task per partition, their lengths on demand."""
 
-    y_true = _labels_series(y_true)
-    if y_prob.ndim == 2:
-        probability_columns = list(y_prob.columns)
-        frame = y_prob
-    else:  # a Series: the positive-class probabilities of a binary problem
-        probability_columns = "__reliacal_probability__"
-        frame = y_prob.to_frame(name=probability_columns)
-    label_column = _free_name(frame.columns)
-    frame = frame.assign(**{label_column: y_true})
-    partitions = frame.to_delayed()
-    tasks = [
-        dask.delayed(_frame_partition_state)(
-            index, part, label_column, probability_columns, settings
-        )
-        for index, part in enumerate(partitions)
-    ]
+    def __init__(self, y_true, y_prob):
+        y_true = _labels_series(y_true)
+        if y_prob.ndim == 2:
+            self.probability_columns = list(y_prob.columns)
+            frame = y_prob
+        else:  # a Series: the positive-class probabilities of a binary problem
+            self.probability_columns = "__reliacal_probability__"
+            frame = y_prob.to_frame(name=self.probability_columns)
+        self.label_column = _free_name(frame.columns)
+        self.frame = frame.assign(**{self.label_column: y_true})
+        self._partitions = self.frame.to_delayed()
 
-    def lengths(count: int) -> list[int]:
-        return list(dask.compute(*[dask.delayed(len)(part) for part in partitions[:count]]))
+    def tasks(self, function, argument) -> list:
+        """``function(index, labels, probabilities, argument)`` of every partition."""
+        import dask
 
-    return tasks, lengths
+        # Each pass reads the partitions anew: nothing is held between passes.
+        return [
+            dask.delayed(_on_frame)(
+                index, part, self.label_column, self.probability_columns, function, argument
+            )
+            for index, part in enumerate(self._partitions)
+        ]
+
+    def lengths(self, count: int) -> list[int]:
+        """The lengths of the first ``count`` partitions (one pass over them)."""
+        import dask
+
+        parts = self._partitions[:count]
+        return list(dask.compute(*[dask.delayed(len)(part) for part in parts]))
 
 
 def _known_rows(array):
@@ -181,25 +215,36 @@ def _as_dask_array(value, row_chunks, name: str):
     return da.from_array(array, chunks=(row_chunks,) + array.shape[1:])
 
 
-def _array_tasks(y_true, y_prob, settings):
-    """Tasks of row-aligned Dask arrays, and the partitions' lengths (known)."""
-    import dask
+class _ArraySource:
+    """Row-aligned Dask arrays: a task per row chunk, their lengths known."""
 
-    if is_dask_collection(y_prob) or not is_dask_collection(y_true):
-        y_prob = _as_dask_array(y_prob, None, "y_prob")
-        y_true = _as_dask_array(y_true, y_prob.chunks[0], "y_true")
-    else:
-        y_true = _as_dask_array(y_true, None, "y_true")
-        y_prob = _as_dask_array(y_prob, y_true.chunks[0], "y_prob")
-    if y_prob.ndim not in (1, 2):
-        raise ValueError(f"y_prob must be 1-D or 2-D, got shape {y_prob.shape}")
-    pairs = zip(y_true.to_delayed().reshape(-1), y_prob.to_delayed().reshape(-1), strict=True)
-    tasks = [
-        dask.delayed(_partition_state)(index, labels, probabilities, settings)
-        for index, (labels, probabilities) in enumerate(pairs)
-    ]
-    sizes = [int(size) for size in y_prob.chunks[0]]
-    return tasks, lambda count: sizes[:count]
+    def __init__(self, y_true, y_prob):
+        if is_dask_collection(y_prob) or not is_dask_collection(y_true):
+            y_prob = _as_dask_array(y_prob, None, "y_prob")
+            y_true = _as_dask_array(y_true, y_prob.chunks[0], "y_true")
+        else:
+            y_true = _as_dask_array(y_true, None, "y_true")
+            y_prob = _as_dask_array(y_prob, y_true.chunks[0], "y_prob")
+        if y_prob.ndim not in (1, 2):
+            raise ValueError(f"y_prob must be 1-D or 2-D, got shape {y_prob.shape}")
+        self.y_true, self.y_prob = y_true, y_prob
+        self.sizes = [int(size) for size in y_prob.chunks[0]]
+
+    def tasks(self, function, argument) -> list:
+        """``function(index, labels, probabilities, argument)`` of every row chunk."""
+        import dask
+
+        pairs = zip(
+            self.y_true.to_delayed().reshape(-1), self.y_prob.to_delayed().reshape(-1), strict=True
+        )
+        return [
+            dask.delayed(function)(index, labels, probabilities, argument)
+            for index, (labels, probabilities) in enumerate(pairs)
+        ]
+
+    def lengths(self, count: int) -> list[int]:
+        """The lengths of the first ``count`` row chunks."""
+        return self.sizes[:count]
 
 
 def _in_whole_input(refused: _Refused, lengths) -> str:
@@ -207,7 +252,9 @@ def _in_whole_input(refused: _Refused, lengths) -> str:
     return rows_shifted(refused.message, sum(lengths(refused.partition)))
 
 
-def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidences=False):
+def dask_state(
+    y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidences=False, histogram=False
+):
     """The merged :class:`CalibrationState` of Dask (or mixed Dask and in-memory) inputs.
 
     Parameters
@@ -218,13 +265,14 @@ def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidence
         class (matched to the classes by name, as a pandas DataFrame), or array-like
         Predicted probabilities. A DataFrame with a Series of labels is joined into
         one frame (by partition when both come from one frame, else by index).
-    n_bins, labels, keep_confidences
-        As :class:`CalibrationState`.
+    n_bins, labels, keep_confidences, histogram
+        As :class:`CalibrationState`. A histogram state is refined by further passes
+        over the partitions until its metrics are exact.
 
     Returns
     -------
     CalibrationState
-        Equal to a state updated with the partitions in order.
+        Equal to a state updated with the partitions in order (and refined).
 
     Raises
     ------
@@ -244,21 +292,33 @@ def dask_state(y_true, y_prob, *, n_bins: int = 15, labels=None, keep_confidence
     import dask
 
     y_prob, labels = in_class_order(y_prob, labels)
-    settings = {"n_bins": n_bins, "labels": labels, "keep_confidences": keep_confidences}
+    settings = {
+        "n_bins": n_bins,
+        "labels": labels,
+        "keep_confidences": keep_confidences,
+        "histogram": histogram,
+    }
     if _is_frame(y_true) and _is_frame(y_prob):
-        tasks, lengths = _frame_tasks(y_true, y_prob, settings)
+        source = _FrameSource(y_true, y_prob)
     else:
-        tasks, lengths = _array_tasks(y_true, y_prob, settings)
+        source = _ArraySource(y_true, y_prob)
     # A fold in partition order: the sums then add up exactly as a loop's would.
-    merged = functools.reduce(dask.delayed(_merge), tasks)
+    merged = functools.reduce(dask.delayed(_merge), source.tasks(_partition_state, settings))
     (state,) = dask.compute(merged)
     if isinstance(state, _Refused):
-        raise ValueError(_in_whole_input(state, lengths))
+        raise ValueError(_in_whole_input(state, source.lengths))
     if state.n_samples == 0:
         raise ValueError(
             "y_true and y_prob are empty (no partition holds a row): need at least one sample"
         )
-    return state
+    for _ in range(_MAX_PASSES):
+        refinement = state.refinement()
+        if refinement is None:
+            return state
+        tasks = source.tasks(_partition_refinement, refinement)
+        (refinement,) = dask.compute(functools.reduce(dask.delayed(_merge_refinements), tasks))
+        state.refine(refinement)
+    raise RuntimeError(f"the histogram was not exact after {_MAX_PASSES} passes")
 
 
 def dask_aware(function, *names: str, combine=None):
@@ -283,7 +343,8 @@ def dask_aware(function, *names: str, combine=None):
         for key, parameter in signature.parameters.items()
         if parameter.default is not inspect.Parameter.empty
     }
-    keep_confidences = any(BY_NAME[name].needs_samples for name in names)
+    # The confidence-based metrics come from a histogram, refined over the partitions.
+    histogram = any(BY_NAME[name].needs_samples for name in names)
 
     @functools.wraps(function)
     def wrapper(y_true, y_prob, **kwargs):
@@ -307,7 +368,7 @@ def dask_aware(function, *names: str, combine=None):
             y_prob,
             n_bins=kwargs.get("n_bins", defaults.get("n_bins", 15)),
             labels=kwargs.get("labels"),
-            keep_confidences=keep_confidences,
+            histogram=histogram,
         )
         values = state.compute(names)
         if combine is None:

@@ -17,9 +17,10 @@ import sys
 
 import numpy as np
 
-from reliacal._validation import check_probabilities, to_numpy
+from reliacal._validation import check_probabilities, check_probability_inputs, to_numpy
 
 __all__ = [
+    "check_prediction_inputs",
     "check_predictions",
     "frame_class_order",
     "in_class_order",
@@ -226,3 +227,18 @@ def check_predictions(y_true, y_prob, *, labels=None):
     y_true = to_numpy(y_true, "y_true")
     _check_no_missing_labels(y_true)
     return check_probabilities(y_true, y_prob, labels=labels)
+
+
+def check_prediction_inputs(y_true, y_prob, *, labels=None):
+    """:func:`check_predictions` with the probabilities' value checks left to the scan.
+
+    Returns ``(y_index, y_prob, classes, values)``, ``values`` the
+    :class:`reliacal._validation.ProbabilityValues` that a pass over a 2-D ``y_prob``
+    runs block by block (:func:`reliacal.metrics._predictions.scan_matrix` takes it).
+    """
+    if is_pandas_frame(y_prob):
+        y_prob, labels = in_class_order(y_prob, labels)
+        y_prob = y_prob.to_numpy()
+    y_true = to_numpy(y_true, "y_true")
+    _check_no_missing_labels(y_true)
+    return check_probability_inputs(y_true, y_prob, labels=labels)

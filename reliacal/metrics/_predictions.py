@@ -23,7 +23,12 @@ _BLOCK_BYTES = 1 << 22
 # Classwise binning makes about 70 bytes of temporaries per entry of a block: blocks
 # of at most 2**17 entries (512 KiB of float32) and at most 1/64 of the matrix keep
 # them a small share of the input, also for small inputs.
-_CLASSWISE_BLOCK_ENTRIES = (1 << 12, 1 << 17)
+_CLASSWISE_BLOCK_ENTRIES = (1 << 12, 1 << 16)
+# From this many classes on, the classwise pass's entries give the top label.
+_SPARSE_CLASSES = 32
+# Up to this many classes, the arg-max (and the row maximum) run column by column.
+_COLUMN_PASS_CLASSES = 4
+_COLUMN_MAX_CLASSES = 32
 
 
 def _classwise_block_entries(matrix_size: int) -> int:
@@ -67,41 +72,55 @@ def _float32_threshold(edge: float) -> np.float32:
     return threshold
 
 
-class _CellSums:
-    """Weighted counts (and value sums) over ``n_cells`` cells, fed in pieces.
+def bins_of(
+    values: np.ndarray, n_bins: int, *, float32_values: bool, positive: bool = False
+) -> np.ndarray:
+    """:func:`uniform_bin_index` of float64 ``values``, faster for float32 numbers.
 
-    Pieces are buffered and binned together, so that each ``bincount`` (which
-    allocates ``n_cells`` entries) covers at least ``n_cells`` (and ``pending``)
-    entries.
+    A float32 number has 24 significant bits, so its product with ``n_bins`` (below
+    ``2**29``) is exact in float64 and ``ceil(v * n_bins) - 1`` is its bin; and no
+    float32 lies between ``b / n_bins`` and the float64 edge that rounds it, so
+    comparing with the exact fraction or with the edge is the same. ``positive``:
+    every value exceeds 0 (no clipping of 0 into the first bin).
     """
+    if not float32_values:
+        return uniform_bin_index(values, n_bins)
+    index = np.ceil(values * n_bins).astype(np.intp)
+    index -= 1
+    if not positive:
+        np.maximum(index, 0, out=index)  # 0 lies in the first bin
+    return index
 
-    def __init__(self, n_cells: int, with_values: bool, pending: int):
-        self.n_cells = n_cells
-        self.counts = np.zeros(n_cells)
-        self.sums = np.zeros(n_cells) if with_values else None
-        self._pieces: list[tuple] = []
-        self._pending = 0
-        self._limit = max(n_cells, pending)
 
-    def add(self, cells: np.ndarray, values=None, weights=None) -> None:
-        self._pieces.append((cells, values, weights))
-        self._pending += cells.shape[0]
-        if self._pending >= self._limit:
-            self.flush()
+# The lowest set bit of each byte value.
+_LOWEST_BIT = np.array([(byte & -byte).bit_length() - 1 for byte in range(256)], dtype=np.intp)
 
-    def flush(self) -> None:
-        if not self._pieces:
-            return
-        cells, values, weights = zip(*self._pieces, strict=True)
-        self._pieces, self._pending = [], 0
-        cells = np.concatenate(cells)
-        weights = None if weights[0] is None else np.concatenate(weights)
-        self.counts += np.bincount(cells, weights=weights, minlength=self.n_cells)
-        if self.sums is not None:
-            values = np.concatenate(values)
-            if weights is not None:
-                values *= weights
-            self.sums += np.bincount(cells, weights=values, minlength=self.n_cells)
+
+def set_bits(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(index, bit)`` of every set bit of the bytes ``bits``: ``bits[index]`` has ``bit``.
+
+    Read from a table, lowest bit first, one round per bit a byte holds; a round
+    keeps only the bytes with bits left, so a sparse mask costs a few rounds over
+    its few non-zero bytes. The bits come round by round, not sorted.
+
+    Examples
+    --------
+    >>> index, bit = set_bits(np.array([0b101, 0b1], dtype=np.uint8))
+    >>> sorted(zip(index.tolist(), bit.tolist()))
+    [(0, 0), (0, 2), (1, 0)]
+    """
+    index = np.flatnonzero(bits != 0)
+    bits = bits[index]
+    indices, lowest = [], []
+    while index.shape[0]:
+        indices.append(index)
+        lowest.append(_LOWEST_BIT[bits])
+        bits = bits & (bits - 1)  # clear the lowest set bit
+        more = np.flatnonzero(bits != 0)
+        bits, index = bits[more], index[more]
+    if not indices:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    return np.concatenate(indices), np.concatenate(lowest)
 
 
 class _ClasswiseBinning:
@@ -110,24 +129,55 @@ class _ClasswiseBinning:
     In a row summing to 1 fewer than ``n_bins`` entries exceed the first edge
     ``1 / n_bins``; only those are binned one by one, and everything else lies in
     bin 0, whose count and probability sum follow from the totals and the column
-    sums. The outcome sums bin each row's true-class probability.
+    sums (float64 products with a vector of ones). The outcome sums bin each row's
+    true-class probability.
+
+    Each numpy call costs microseconds whatever its size, so a block makes few: it
+    finds its entries above the edge (with many classes, as the non-zero bytes of
+    the mask packed eight to a byte, whose bits are read later) and everything else
+    waits for :meth:`flush`, which bins several blocks' entries at once, checks
+    their row sums and largest value for the deferred value checks (``values``) and,
+    when asked (``top_label``, float32 input), gives each row's arg-max.
     """
 
-    def __init__(self, n_classes: int, n_bins: int, dtype: np.dtype, block_entries: int):
+    def __init__(
+        self, y_prob, n_bins: int, block_rows: int, *, weighted, top_label, values, packed: bool
+    ):
+        n_classes = y_prob.shape[1]
+        dtype = y_prob.dtype
         edge = float(uniform_edges(n_bins)[1])
         self.threshold = _float32_threshold(edge) if dtype == np.float32 else np.float64(edge)
+        self.float32_values = dtype == np.float32
+        self.y_prob = y_prob
         self.n_classes, self.n_bins = n_classes, n_bins
-        # Buffers of about two blocks' entries: one bincount per two blocks.
-        self.entries = _CellSums(n_classes * n_bins, True, 2 * block_entries)
-        self.outcomes = _CellSums(n_classes * n_bins, False, 2 * block_entries)
+        n_cells = n_classes * n_bins
+        self.counts = np.zeros(n_cells)
+        self.sums = np.zeros(n_cells)
+        self.outcomes = np.zeros(n_cells)
         self.column_sums = np.zeros(n_classes)
         self.total = 0.0
-        # Column sums in float64: copying a float32 block into a reused float64
-        # buffer and summing it is faster than a casting reduction along axis 0.
+        self.weighted = weighted
+        self.values = values
+        self.ones_row = np.ones(n_classes, dtype=dtype)
+        # packed: masks are packed eight to a byte (blocks of a multiple of 8 rows of a
+        # C-ordered matrix: a block's mask starts on a byte).
+        self.packed = packed
+        # (confidence, predicted) arrays to fill from the entries, or None.
+        self.top_label = top_label
         self.cast_buffer = None
+        self.ones = None
+        self._blocks: list[tuple] = []
+        self._pending = 0
+        # Each bincount allocates n_cells entries: bin at least that many at once.
+        self._limit = max(n_cells, block_rows * n_classes)
 
-    def add_block(self, block, y_index, true_probability, weights) -> None:
-        if block.dtype == np.float64:
+    def _column_sums(self, block, weights) -> None:
+        """Add the block's column sums in float64 (BLAS products with ones).
+
+        The product reads a C-ordered float64 block, so that the sums' rounding does not
+        depend on the input's dtype or memory layout.
+        """
+        if block.dtype == np.float64 and block.flags.c_contiguous:
             cast = block
         else:
             if self.cast_buffer is None or self.cast_buffer.shape[0] < block.shape[0]:
@@ -135,30 +185,123 @@ class _ClasswiseBinning:
             cast = self.cast_buffer[: block.shape[0]]
             cast[...] = block
         if weights is None:
-            self.column_sums += cast.sum(axis=0)
+            if self.ones is None or self.ones.shape[0] < block.shape[0]:
+                self.ones = np.ones(block.shape[0])
+            self.column_sums += self.ones[: block.shape[0]] @ cast
             self.total += block.shape[0]
         else:
             self.column_sums += weights @ cast
             self.total += float(weights.sum())
-        # Flat indices: 1-D nonzero and gather are several times faster than 2-D ones.
+
+    def add_block(self, block, start: int, y_index, true_probability, weights) -> None:
+        """Add one row block (``values``: its minimum is checked, the rest at flush)."""
+        row_sums = None
+        if self.values is not None and not self.values.checked:
+            # The minimum catches negative values and NaN (it propagates).
+            if not block.min() >= 0:
+                self.values.check_all()
+            row_sums = block @ self.ones_row
+        self._column_sums(block, weights)
         flat_block = block.reshape(-1)
-        flat = np.flatnonzero(flat_block > self.threshold)
-        rows, columns = np.divmod(flat, self.n_classes)
-        values = flat_block[flat].astype(np.float64)
-        cells = columns * self.n_bins + uniform_bin_index(values, self.n_bins)
-        self.entries.add(cells, values, None if weights is None else weights[rows])
-        true_cells = y_index * self.n_bins + uniform_bin_index(true_probability, self.n_bins)
-        self.outcomes.add(true_cells, None, weights)
+        mask = flat_block > self.threshold
+        offset = start * self.n_classes
+        if self.packed:
+            packed = np.packbits(mask, bitorder="little")
+            byte = np.flatnonzero(packed != 0)
+            if flat_block.shape[0] % 8:  # the last block: pad to whole bytes
+                flat_block = np.concatenate(
+                    [flat_block, np.zeros(-flat_block.shape[0] % 8, flat_block.dtype)]
+                )
+            # The eight entries of each non-zero byte, read while the block is in cache.
+            entries = (byte + offset // 8, packed[byte], flat_block.reshape(-1, 8)[byte])
+        else:
+            flat = np.flatnonzero(mask)
+            entries = (flat + offset, flat_block[flat])
+        self._blocks.append((start, entries, y_index, true_probability, weights, row_sums))
+        self._pending += entries[0].shape[0] + block.shape[0]
+        if self._pending >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._blocks:
+            return
+        blocks, self._blocks, self._pending = self._blocks, [], 0
+        start = blocks[0][0]
+        first = np.concatenate([part[1][0] for part in blocks])
+        second = np.concatenate([part[1][1] for part in blocks])
+        if self.packed:
+            index, bit = set_bits(second)  # the bytes are non-zero
+            flat = first[index] * 8 + bit  # flat positions of the entries in the matrix
+            values = np.concatenate([part[1][2] for part in blocks])[index, bit]
+        else:
+            flat, values = first, second
+        y_index = np.concatenate([part[2] for part in blocks])
+        true_probability = np.concatenate([part[3] for part in blocks])
+        weights = np.concatenate([part[4] for part in blocks]) if self.weighted else None
+        if self.values is not None and not self.values.checked:
+            row_sums = np.concatenate([part[5] for part in blocks if part[5] is not None])
+            self.values.check_row_sums(row_sums)
+            if values.shape[0]:
+                self.values.check_high(values.max())
+        flat -= start * self.n_classes
+        # Division by a constant is fast in numpy; the remainder is not.
+        rows = flat // self.n_classes
+        columns = flat - rows * self.n_classes
+        n_cells = self.counts.shape[0]
+        scores = values.astype(np.float64)
+        cells = columns * self.n_bins
+        cells += bins_of(scores, self.n_bins, float32_values=self.float32_values, positive=True)
+        entry_weights = None if weights is None else weights[rows]
+        self.counts += np.bincount(cells, weights=entry_weights, minlength=n_cells)
+        weighted_scores = scores if weights is None else scores * entry_weights
+        self.sums += np.bincount(cells, weights=weighted_scores, minlength=n_cells)
+        true_cells = y_index * self.n_bins
+        true_cells += bins_of(true_probability, self.n_bins, float32_values=self.float32_values)
+        self.outcomes += np.bincount(true_cells, weights=weights, minlength=n_cells)
+        if self.top_label is not None:
+            self._top_label(rows, columns, values, start, start + y_index.shape[0])
+
+    def _top_label(self, rows, columns, values, start: int, stop: int) -> None:
+        """Each row's largest float32 entry and its first column, from the entries.
+
+        A row's maximum, when above ``1 / n_bins``, is among its entries. A
+        non-negative float32's bits order like the float, so one int64 key per entry,
+        its bits above the column's complement, is largest at the row's maximum and,
+        among equal values, at the first column: ``numpy.argmax``'s. Rows without an
+        entry take the arg-max of their row.
+        """
+        confidence, predicted = self.top_label
+        n_classes = self.n_classes
+        key = values.view(np.int32).astype(np.int64)
+        key <<= 32
+        key |= (n_classes - 1) - columns
+        best = np.full(stop - start, -1, dtype=np.int64)
+        np.maximum.at(best, rows, key)
+        covered = best >= 0
+        row_ids = np.flatnonzero(covered)
+        best = best[covered]
+        predicted[row_ids + start] = (n_classes - 1) - (best & 0xFFFFFFFF)
+        best >>= 32
+        confidence[row_ids + start] = best.astype(np.int32).view(np.float32)
+        missing = np.flatnonzero(~covered)
+        missing += start
+        # A block's worth of rows at a time: the gathered rows are a copy.
+        chunk = max(1, self._limit // n_classes)
+        for first_row in range(0, missing.shape[0], chunk):
+            some = missing[first_row : first_row + chunk]
+            block = self.y_prob[some]
+            arg_max = np.argmax(block, axis=1)
+            predicted[some] = arg_max
+            confidence[some] = np.take_along_axis(block, arg_max[:, None], axis=1)[:, 0]
 
     def result(self) -> ClasswiseSums:
-        self.entries.flush()
-        self.outcomes.flush()
+        self.flush()
         shape = (self.n_classes, self.n_bins)
-        counts = self.entries.counts.reshape(shape)
-        sum_probability = self.entries.sums.reshape(shape)
+        counts = self.counts.reshape(shape)
+        sum_probability = self.sums.reshape(shape)
         counts[:, 0] = self.total - counts[:, 1:].sum(axis=1)
         sum_probability[:, 0] = self.column_sums - sum_probability[:, 1:].sum(axis=1)
-        return ClasswiseSums(counts, sum_probability, self.outcomes.counts.reshape(shape))
+        return ClasswiseSums(counts, sum_probability, self.outcomes.reshape(shape))
 
 
 def scan_matrix(
@@ -170,6 +313,7 @@ def scan_matrix(
     squares: bool = False,
     classwise_bins: int | None = None,
     weights: np.ndarray | None = None,
+    values=None,
 ) -> MatrixScan:
     """Summarise a validated ``(n, K)`` probability matrix in one blocked pass.
 
@@ -181,7 +325,7 @@ def scan_matrix(
     Parameters
     ----------
     y_prob : ndarray of shape (n, K)
-        Validated probabilities (float32 or float64).
+        Probabilities (float32 or float64), validated unless ``values`` is given.
     y_index : ndarray of int64, shape (n,)
         Column of the true class of each row.
     top_label : bool
@@ -196,6 +340,9 @@ def scan_matrix(
         If given, the :class:`ClasswiseSums` of that many uniform bins.
     weights : ndarray of shape (n,), optional
         Sample multiplicities of the classwise sums (for the bootstrap).
+    values : reliacal._validation.ProbabilityValues, optional
+        The deferred value checks of ``y_prob``, run on each block as it is read
+        (``ValueError`` as :func:`reliacal._validation.check_probabilities`).
     """
     n_samples, n_classes = y_prob.shape
     confidence = np.empty(n_samples) if top_label else None
@@ -204,34 +351,96 @@ def scan_matrix(
     sum_of_squares = np.empty(n_samples) if squares else None
     block_rows = max(1, _BLOCK_BYTES // (n_classes * y_prob.itemsize))
     classwise = None
+    # With many classes, few entries of a row exceed 1 / n_bins: the classwise pass's
+    # entries give the arg-max for less than a dense arg-max costs.
+    sparse_top_label = (
+        top_label
+        and classwise_bins is not None
+        and n_classes >= _SPARSE_CLASSES
+        and y_prob.dtype == np.float32
+    )
+    predicted = np.empty(n_samples, dtype=np.intp) if sparse_top_label else None
     if classwise_bins is not None:
         block_entries = _classwise_block_entries(y_prob.size)
         block_rows = max(1, min(block_rows, block_entries // n_classes))
         check_classwise_bins(classwise_bins, n_classes)
-        classwise = _ClasswiseBinning(n_classes, classwise_bins, y_prob.dtype, block_entries)
+        # Packed masks need blocks of whole bytes of a C-ordered matrix.
+        packed = n_classes >= _SPARSE_CLASSES and y_prob.flags.c_contiguous
+        if packed:
+            block_rows = max(8, block_rows - block_rows % 8)
+        classwise = _ClasswiseBinning(
+            y_prob,
+            classwise_bins,
+            block_rows,
+            weighted=weights is not None,
+            top_label=(confidence, predicted) if sparse_top_label else None,
+            values=values,
+            packed=packed,
+        )
+    row_range = np.arange(min(block_rows, n_samples))
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
         block = y_prob[start:stop]
-        if top_label:
-            predicted = np.argmax(block, axis=1)
-            confidence[start:stop] = np.take_along_axis(block, predicted[:, None], axis=1)[:, 0]
-            correct[start:stop] = predicted == y_index[start:stop]
+        if values is not None and classwise is None:
+            values.check_block(block)  # the classwise pass checks its blocks itself
+        if top_label and not sparse_top_label:
+            arg_max, confidence[start:stop] = _top_of_block(block)
+            np.equal(arg_max, y_index[start:stop], out=correct[start:stop])
         if true_class or classwise is not None:
-            block_true = block[np.arange(stop - start), y_index[start:stop]].astype(np.float64)
+            block_true = block[row_range[: stop - start], y_index[start:stop]].astype(np.float64)
             if true_class:
                 true_probability[start:stop] = block_true
         if squares:
             sum_of_squares[start:stop] = np.einsum("ij,ij->i", block, block)
         if classwise is not None:
             block_weights = None if weights is None else weights[start:stop]
-            classwise.add_block(block, y_index[start:stop], block_true, block_weights)
-    return MatrixScan(
-        confidence,
-        correct,
-        true_probability,
-        sum_of_squares,
-        None if classwise is None else classwise.result(),
-    )
+            classwise.add_block(block, start, y_index[start:stop], block_true, block_weights)
+    classwise_sums = None if classwise is None else classwise.result()
+    if sparse_top_label:
+        np.equal(predicted, y_index, out=correct)
+    return MatrixScan(confidence, correct, true_probability, sum_of_squares, classwise_sums)
+
+
+def _top_of_block(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(arg_max, max)`` of each row of a block, ties to the lowest column.
+
+    With few columns ``numpy.argmax`` pays a per-row cost several times that of a
+    column-by-column pass, which keeps a running maximum and replaces it only
+    where a later column is strictly larger (so the first maximum wins, as
+    ``numpy.argmax``'s).
+    """
+    if block.shape[1] > _COLUMN_PASS_CLASSES:
+        arg_max = np.argmax(block, axis=1)
+        return arg_max, block[np.arange(block.shape[0]), arg_max]
+    best = block[:, 0].copy()
+    arg_max = np.zeros(block.shape[0], dtype=np.intp)
+    larger = np.empty(block.shape[0], dtype=bool)
+    for column in range(1, block.shape[1]):
+        values = block[:, column]
+        np.greater(values, best, out=larger)
+        np.copyto(best, values, where=larger)
+        np.copyto(arg_max, column, where=larger)
+    return arg_max, best
+
+
+def row_maxima(y_prob: np.ndarray) -> np.ndarray:
+    """The float64 maximum of each row of a probability matrix (no arg-max).
+
+    Up to ``_COLUMN_MAX_CLASSES`` columns, a running maximum over the columns: far
+    cheaper than ``numpy.max`` along short rows, which pays a per-row cost.
+    """
+    n_samples, n_classes = y_prob.shape
+    if n_classes > _COLUMN_MAX_CLASSES:
+        return y_prob.max(axis=1).astype(np.float64)
+    best = np.empty(n_samples)
+    block_rows = max(1, _BLOCK_BYTES // (n_classes * y_prob.itemsize))
+    for start in range(0, n_samples, block_rows):
+        block = y_prob[start : start + block_rows]
+        running = block[:, 0].copy()
+        for column in range(1, n_classes):
+            np.maximum(running, block[:, column], out=running)
+        best[start : start + block_rows] = running
+    return best
 
 
 def without_negative_zero(values: np.ndarray) -> np.ndarray:

@@ -22,20 +22,15 @@ from reliacal.metrics._calibration_error import (
     expected_calibration_error,
     maximum_calibration_error,
 )
-from reliacal.metrics._calibration_tests import (
-    ks_calibration_error,
-    ks_of_sorted,
-    spiegelhalter_from_sums,
-)
+from reliacal.metrics._calibration_tests import ks_calibration_error, spiegelhalter_from_sums
 from reliacal.metrics._decomposition import decomposition_of_sorted
 from reliacal.metrics._scores import accuracy, brier_score, negative_log_likelihood
-from reliacal.metrics._smooth import smooth_calibration_error, smooth_ece_of_scores
+from reliacal.metrics._smooth import smooth_calibration_error
 from reliacal.metrics._sums import MetricSums
 from reliacal.metrics._sweep import (
     monotonic_sweep_calibration_error,
     overconfidence_error,
     signed_part,
-    sweep_of_sorted,
     underconfidence_error,
 )
 
@@ -58,6 +53,9 @@ class Metric:
     needs_samples : bool
         Whether it needs every confidence (quantile bins, kernel smoothing): such
         a metric cannot stream from fixed-size bin sums.
+    from_histogram : bool
+        For a metric that needs samples: whether a fine histogram of them, refined by
+        further passes over the data, gives it exactly (in constant memory).
     in_report : bool
         Whether :func:`calibration_report` has a column for it.
     greater_is_better : bool
@@ -69,6 +67,7 @@ class Metric:
     compute: Callable[[MetricSums], float]
     function: Callable | None = None
     needs_samples: bool = False
+    from_histogram: bool = True
     in_report: bool = True
     greater_is_better: bool = False
 
@@ -80,10 +79,6 @@ class Metric:
 
 def _accuracy(sums: MetricSums) -> float:
     return float(sums.sum_correct.sum() / sums.n_samples)
-
-
-def _smooth_ece(sums: MetricSums) -> float:
-    return smooth_ece_of_scores(*sums.samples())[0]
 
 
 def _signed_part(sums: MetricSums, sign: float) -> float:
@@ -142,7 +137,7 @@ METRICS = (
     Metric(
         "smooth_ece",
         ":func:`smooth_calibration_error`",
-        _smooth_ece,
+        MetricSums.smooth_ece,
         smooth_calibration_error,
         needs_samples=True,
     ),
@@ -194,14 +189,14 @@ METRICS = (
     Metric(
         "ks_error",
         ":func:`ks_calibration_error` (needs the sorted confidences)",
-        lambda sums: ks_of_sorted(*sums.sorted_samples()),
+        MetricSums.ks_error,
         ks_calibration_error,
         needs_samples=True,
     ),
     Metric(
         "sweep_ece",
         ":func:`monotonic_sweep_calibration_error` (needs the sorted confidences)",
-        lambda sums: sweep_of_sorted(*sums.sorted_samples())[0],
+        MetricSums.sweep_ece,
         monotonic_sweep_calibration_error,
         needs_samples=True,
     ),
@@ -211,6 +206,7 @@ METRICS = (
         "confidences)",
         lambda sums: decomposition_of_sorted(*sums.sorted_samples()).miscalibration,
         needs_samples=True,
+        from_histogram=False,
         # Its PAV pass holds Python floats per distinct confidence: several times the
         # input's memory on large reports, so only the state (keep_confidences) has it.
         in_report=False,
@@ -221,6 +217,7 @@ BY_NAME = {metric.name: metric for metric in METRICS}
 REPORT_COLUMNS = tuple(metric.name for metric in METRICS if metric.in_report)
 STREAMABLE = tuple(metric.name for metric in METRICS if metric.streamable)
 NEED_SAMPLES = tuple(metric.name for metric in METRICS if metric.needs_samples)
+FROM_HISTOGRAM = tuple(name for name in NEED_SAMPLES if BY_NAME[name].from_histogram)
 FUNCTIONS = {metric.name: metric.function for metric in METRICS if metric.function is not None}
 GREATER_IS_BETTER = frozenset(metric.function for metric in METRICS if metric.greater_is_better)
 

@@ -19,13 +19,14 @@ import pandas as pd
 from reliacal._validation import check_n_bins, to_numpy
 from reliacal.metrics._dask import dask_state, is_dask_collection
 from reliacal.metrics._inputs import (
-    check_predictions,
+    check_prediction_inputs,
     in_class_order,
     is_pandas_frame,
     rows_shifted,
 )
 from reliacal.metrics._predictions import scan_matrix
 from reliacal.metrics._registry import REPORT_COLUMNS, STREAMABLE, compute, describe
+from reliacal.metrics._sorted import sort_scores
 from reliacal.metrics._streaming import CalibrationState
 from reliacal.metrics._summary import prediction_matrix, summarize
 from reliacal.metrics._sums import MetricSums
@@ -93,11 +94,13 @@ def _check_models(predictions) -> None:
 
 
 def _state_of(y_true, y_prob, *, n_bins, labels, keep_confidences) -> CalibrationState:
-    """One model's state: Dask partition by partition, other input block by block."""
+    """One model's state: Dask partition by partition, other input block by block.
+
+    A Dask collection's confidences are not gathered: its state keeps a histogram of
+    them, refined by further passes over the partitions.
+    """
     if is_dask_collection(y_true) or is_dask_collection(y_prob):
-        return dask_state(
-            y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=keep_confidences
-        )
+        return dask_state(y_true, y_prob, n_bins=n_bins, labels=labels, histogram=keep_confidences)
     if is_pandas_frame(y_prob):
         y_prob, labels = in_class_order(y_prob, labels)
     y_true = to_numpy(y_true, "y_true")
@@ -157,7 +160,10 @@ def calibration_states(
     confidence and one correctness flag per sample, so once the states are built the
     matrices can be freed before :func:`report_from_states` sorts and smooths the
     confidences. Dask collections are summarised partition by partition where they
-    live (as the metric functions do).
+    live (as the metric functions do); their states keep, instead of the
+    confidences, a fine histogram of them that further passes over the partitions
+    refine until the sorted and smoothed columns are exact (constant memory on the
+    client).
 
     Parameters
     ----------
@@ -275,15 +281,25 @@ def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_lev
             )
         state = _state_of(y_true, y_prob, n_bins=n_bins, labels=labels, keep_confidences=True)
         return state.compute(COLUMNS)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    summary = summarize(y_index, y_prob, n_bins)
+    y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
+    # One pass over the matrix (its value checks included), then O(n) work only.
+    summary = summarize(y_index, y_prob, n_bins, values)
     del y_index  # the summary holds it
-    sums = MetricSums.of_summary(summary, keep_samples=True)
     if not bootstrap:
-        # The per-sample scores and labels are summed already: free them before the
-        # quantile and smooth metrics allocate their own O(n) arrays.
+        # One sort serves the uniform and quantile bins, KS and the sweep; the
+        # per-sample scores and labels are summed already: free them before the
+        # smooth metric allocates its own O(n) arrays.
+        log_loss, brier = float(np.sum(summary.log_loss)), float(np.sum(summary.brier))
+        scores, classwise = (summary.confidence, summary.correct), summary.classwise
         del summary
+        confidence, correct = sort_scores(*scores)
+        del scores
+        sums = MetricSums.of_samples(
+            confidence, correct, log_loss, brier, classwise, is_sorted=True
+        )
+        del confidence, correct
         return compute(sums, COLUMNS)
+    sums = MetricSums.of_summary(summary, keep_samples=True)
     row = compute(sums, COLUMNS)
     matrix = prediction_matrix(y_prob)
     n_samples = summary.y_index.shape[0]
@@ -327,8 +343,12 @@ def calibration_report(
     Dask arrays and DataFrames (labels, probabilities, or both) are summarised
     partition by partition where they live, and the per-partition
     :class:`CalibrationState` objects are merged: the streamable columns equal the
-    in-memory ones (up to summation order), and the others gather one confidence
-    and one correctness flag per row (9 bytes) to the client. No bootstrap then.
+    in-memory ones (up to summation order). The others come from a fine histogram
+    of the confidences, merged the same way and refined by further passes over the
+    partitions where a quantile cut, a candidate maximum of the KS curve or an
+    undecided bin count of the sweep needs the samples' order: they equal the
+    in-memory ones too, in constant memory on the client (usually two passes). No
+    bootstrap then.
 
     Parameters
     ----------

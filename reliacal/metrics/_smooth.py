@@ -42,6 +42,32 @@ def _evaluation_grid(bandwidth: float) -> np.ndarray:
     return np.linspace(0, 1, max(round(10 / bandwidth), _MIN_EVALUATION_POINTS))
 
 
+def bisection_grid_sizes() -> tuple[int, tuple[int, ...]]:
+    """The spreading grids the default bandwidth search can use: ``(wide, small)``.
+
+    The bisection tries 1 and midpoints of ``[0, 1]``, all multiples of
+    ``2**-_BISECTION_STEPS``; every bandwidth of 0.01 or more shares the grid
+    ``wide``, and ``small`` lists the grids of the smaller ones it may try (those
+    below ``_MIN_BANDWIDTH`` end the search unsmoothed). Summing the samples onto
+    these grids is all the search needs of them, and the sums add up across batches.
+    """
+    wide = _kernel_grid_size(1.0)
+    step = 2.0**-_BISECTION_STEPS
+    sizes = {
+        _kernel_grid_size(k * step)
+        for k in range(1, 2**_BISECTION_STEPS)
+        if k * step >= _MIN_BANDWIDTH
+    }
+    return wide, tuple(sorted(sizes - {wide}))
+
+
+def spread_scores(confidence: np.ndarray, residual: np.ndarray, values: np.ndarray) -> None:
+    """Add the spread of ``(residual, 1)`` at float64 ``confidence`` to ``values`` (2, size)."""
+    for start in range(0, confidence.shape[0], _CHUNK_SAMPLES):
+        stop = start + _CHUNK_SAMPLES
+        _SmoothingProblem._spread(confidence[start:stop], residual[start:stop], values)
+
+
 class _SmoothingProblem:
     """Confidences ``f`` and residuals ``f - y``, spread onto grids on demand."""
 
@@ -56,9 +82,7 @@ class _SmoothingProblem:
         if size not in self._grids:
             values = np.zeros((2, size))
             # In chunks: the spread costs several 8-byte temporaries per sample.
-            for start in range(0, self.confidence.shape[0], _CHUNK_SAMPLES):
-                stop = start + _CHUNK_SAMPLES
-                self._spread(self.confidence[start:stop], self.residual[start:stop], values)
+            spread_scores(self.confidence, self.residual, values)
             self._grids[size] = values
         return self._grids[size]
 
@@ -120,6 +144,29 @@ class _SmoothingProblem:
             else:
                 high = middle
         return high
+
+
+class MissingGrid(LookupError):
+    """A bandwidth needs a spreading grid that :class:`GridSmoothing` was not given."""
+
+
+class GridSmoothing(_SmoothingProblem):
+    """The smoothing problem of samples known only by their spreads onto grids.
+
+    ``grids`` maps a grid size to the ``(2, size)`` sums of :func:`spread_scores`
+    (residuals, then counts); a bandwidth whose grid is missing raises
+    :class:`MissingGrid`. The values equal those of the samples themselves up to
+    the order of summation.
+    """
+
+    def __init__(self, grids: dict[int, np.ndarray]):
+        self._grids = dict(grids)
+        self._values = {}
+
+    def grid_values(self, size: int) -> np.ndarray:
+        if size not in self._grids:
+            raise MissingGrid(size)
+        return self._grids[size]
 
 
 def _interpolate(points: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -37,8 +37,14 @@ def prediction_matrix(y_prob: np.ndarray) -> np.ndarray:
     return binary_columns(y_prob) if y_prob.ndim == 1 else y_prob
 
 
-def summarize(y_index: np.ndarray, y_prob: np.ndarray, n_bins: int) -> PredictionSummary:
-    """Summarise validated ``y_prob`` ((n, K), or 1-D binary) in one pass."""
+def summarize(
+    y_index: np.ndarray, y_prob: np.ndarray, n_bins: int, values=None
+) -> PredictionSummary:
+    """Summarise validated ``y_prob`` ((n, K), or 1-D binary) in one pass.
+
+    ``values``: the deferred value checks of a 2-D ``y_prob``
+    (:class:`reliacal._validation.ProbabilityValues`), run by the pass itself.
+    """
     if y_prob.ndim == 1:
         positive = y_prob.astype(np.float64)
         brier = (positive - y_index) ** 2  # the 1-D Brier score's scale
@@ -51,6 +57,7 @@ def summarize(y_index: np.ndarray, y_prob: np.ndarray, n_bins: int) -> Predictio
         true_class=True,
         squares=brier is None,
         classwise_bins=n_bins,
+        values=values if y_prob.ndim == 2 else None,
     )
     # The scan's arrays are overwritten in place, so that at most n floats of
     # temporaries pile up beside the summary.

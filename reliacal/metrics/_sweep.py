@@ -55,7 +55,7 @@ def sweep_n_bins(sorted_outcome: np.ndarray) -> int:
 def sweep_of_sorted(sorted_confidence, sorted_outcome, norm: str = "l1") -> tuple[float, int]:
     """``(error, b*)`` of the monotonic sweep on scores sorted by :func:`sort_scores`."""
     n_bins = sweep_n_bins(sorted_outcome)
-    stats = bin_scores(sorted_confidence, sorted_outcome, n_bins, "quantile")
+    stats = bin_scores(sorted_confidence, sorted_outcome, n_bins, "quantile", is_sorted=True)
     weights = stats.counts / stats.n_samples
     filled = stats.counts > 0
     gaps = np.abs(stats.gaps[filled])

@@ -253,8 +253,10 @@ class NetworkEstimatorMixin:
     were first written (so that a seed reproduces earlier releases' fits):
 
     ``_split_stream``
-        How :meth:`_split` shuffles (see
-        :func:`reliacal.training._randomness.split_indices`).
+        How ``_split`` shuffles: ``"torch"`` (the first rows of a
+        ``torch.randperm`` validate, as in the training loop), ``"numpy"`` (the
+        first rows of a NumPy ``RandomState`` permutation) or ``"stratified"``
+        (scikit-learn's ``train_test_split``, stratified by the labels).
     ``_seed_from_int``
         ``True``: even an integer ``random_state`` is only the seed of a
         NumPy generator from which the fit's seed is drawn (CalAttn);
@@ -264,7 +266,7 @@ class NetworkEstimatorMixin:
     The fitted network is ``network_`` (for an ensemble, each member's
     ``network``). A fit that fails leaves the estimator unfitted; when
     training diverged, the error's ``module`` attribute holds the network with
-    the last good weights (see :meth:`_divergence_policy`).
+    the last good weights (see ``_divergence_policy``).
     """
 
     _split_stream: ClassVar[SplitStream] = "torch"

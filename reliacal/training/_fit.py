@@ -102,8 +102,9 @@ class TrainingConfig:
         with ``fit_module(fingerprint=...)``, other starting weights is
         refused. Each write is atomic and records the file's SHA-256; a
         damaged file is refused, never resumed.
-    device : str, default="auto"
-        Passed to :func:`reliacal._device.resolve_device`.
+    device : str or torch.device, default="auto"
+        Where the module trains: ``"auto"`` picks CUDA when a GPU is visible,
+        else the CPU; asking for CUDA on a machine without one is a ``ValueError``.
     verbose : int or bool, default=0
         0 (False) silent; 1 (True) progress bars over the epochs and over the
         batches of the current epoch (training, then validation), as

@@ -120,16 +120,17 @@ class Run:
         transform : callable or None
             Applied to each training batch's inputs on the device (augmentation).
         chance_advice : str or None
-            Appended to the warning of a run never above chance (the estimator's advice).
+            The estimator's advice in the warning of a run never above chance.
         start_fingerprint : object or None
-            What else the checkpoint is written for (e.g. the starting weights' digest).
+            What else the run starts from (a backbone's weights), recorded in
+            the checkpoint's fingerprint beside the network and the data.
 
         Raises
         ------
         ValueError
-            A checkpoint written for another configuration, another number
-            of training samples or another network, data or start, or an
-            empty ``train_data``.
+            A checkpoint written for another configuration, another number of
+            training samples, other data, labels, network or starting weights,
+            or an empty ``train_data``.
 
         Notes
         -----
@@ -147,10 +148,10 @@ class Run:
         self.chance_advice = chance_advice
         self._find_processes()
         self.n_samples = len(train_data)
-        # What the checkpoint is written for; a resumed run must match it.
+        # What a checkpoint is written for (before training moves the weights).
         self.fingerprint = (
             None
-            if not config.checkpoint_dir
+            if not self.config.checkpoint_dir
             else run_fingerprint(module, train_data, validation_data, start_fingerprint)
         )
         self._settle_seed()

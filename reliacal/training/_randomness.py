@@ -114,7 +114,7 @@ def seed_streams(seed: int) -> tuple[int, int, int]:
 def loop_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The train and validation rows the training loop holds out for the run seed ``seed``.
 
-    The first of :func:`seed_streams` drives a ``torch.randperm`` split; an
+    The first of the seed's streams (``seed_streams``) drives a ``torch.randperm`` split; an
     estimator that needs those rows ahead of the loop (DIRECTOR scores its
     teacher on them) gets the same ones here.
 

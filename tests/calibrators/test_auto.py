@@ -93,6 +93,8 @@ def test_calibrated_logits_keep_the_identity():
         "temperature",
         "vector",
         "matrix",
+        "svs",
+        "sms",
         "isotonic",
         "ets",
     ]
@@ -167,6 +169,8 @@ def test_a_failing_candidate_is_left_out_with_a_warning():
 def test_default_candidates_depend_on_classes_and_rows():
     assert "matrix" not in _default_candidates(100, 21, 0)
     assert "matrix" in _default_candidates(100, 20, 0)
+    assert {"svs", "sms"} <= set(_default_candidates(100, 3, 0))
+    assert not {"svs", "sms"} & set(_default_candidates(100, 2, 0))
     assert "adaptive" not in _default_candidates(4999, 3, 0)
     adaptive = _default_candidates(5000, 3, 7)["adaptive"]
     assert (adaptive.n_members, adaptive.random_state) == (1, 7)
@@ -210,8 +214,9 @@ def test_probabilities_input_and_string_classes():
     auto = AutoCalibrator(input="probs", classes=names).fit(softmax(logits, axis=1), names[labels])
     reference = AutoCalibrator().fit(logits, labels)
     # log(softmax(z)) shifts each row of z: the candidates that ignore row shifts
-    # (identity, temperature, ETS, isotonic) score the same on both inputs.
-    invariant = ["identity", "temperature", "ets", "isotonic"]
+    # (identity, temperature, SVS and SMS, which start from softmax(z / T), ETS,
+    # isotonic) score the same on both inputs.
+    invariant = ["identity", "temperature", "svs", "sms", "ets", "isotonic"]
     np.testing.assert_allclose(
         auto.cv_results_.set_index("candidate").loc[invariant, "mean_score"],
         reference.cv_results_.set_index("candidate").loc[invariant, "mean_score"],

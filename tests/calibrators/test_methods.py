@@ -117,12 +117,16 @@ def test_the_demo_s_post_hoc_rows_are_the_table_s():
         "TemperatureScaling",
         "VectorScaling",
         "MatrixScaling (ODIR)",
+        "StructuredVectorScaling",
+        "StructuredMatrixScaling",
         "AdaptiveTS",
     ]
     assert names[1 : 1 + len(table_rows)] == table_rows
 
 
-@pytest.mark.parametrize(("n_samples", "n_classes"), [(100, 3), (100, 21), (5000, 3), (6000, 30)])
+@pytest.mark.parametrize(
+    ("n_samples", "n_classes"), [(100, 2), (100, 3), (100, 21), (5000, 3), (6000, 30)]
+)
 def test_the_default_candidates_are_the_table_s_that_apply(n_samples, n_classes):
     from reliacal.calibrators.auto import _default_candidates
 
@@ -139,8 +143,10 @@ def test_the_default_candidates_are_the_table_s_that_apply(n_samples, n_classes)
             assert params[key] == value
         if METHODS[name].seeded:
             assert params["random_state"] == 7
-    # The conditions of the released defaults: matrix up to 20 classes, adaptive from 5000 rows.
+    # The conditions of the released defaults: matrix up to 20 classes, SVS and SMS from 3,
+    # adaptive from 5000 rows.
     assert ("matrix" in candidates) == (n_classes <= 20)
+    assert ("svs" in candidates) == ("sms" in candidates) == (n_classes >= 3)
     assert ("adaptive" in candidates) == (n_samples >= 5000)
 
 
@@ -149,6 +155,8 @@ def test_a_candidate_s_conditions():
     assert not Candidate(max_classes=20).applies(100, 21)
     assert Candidate(min_rows=5000).applies(5000, 3)
     assert not Candidate(min_rows=5000).applies(4999, 3)
+    assert Candidate(min_classes=3).applies(100, 3)
+    assert not Candidate(min_classes=3).applies(100, 2)
 
 
 def test_reading_the_table_imports_no_calibrator_and_a_numpy_one_no_torch(torch_modules_after):

@@ -14,18 +14,15 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedKFold
 
-from reliacal.calibrators import ConvergenceWarning, MatrixScaling, VectorScaling
+from reliacal.calibrators import (
+    ConvergenceWarning,
+    MatrixScaling,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
+    VectorScaling,
+)
 from reliacal.calibrators.scaling import tuned_scaling
 from reliacal.metrics import negative_log_likelihood
-
-
-def _problem(seed, n=600, n_classes=4):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, n_classes, size=n)
-    # Miscalibrated on purpose: overconfident, with a class bias and class mixing.
-    logits = 2.0 * np.eye(n_classes)[y] + 1.5 * rng.normal(size=(n, n_classes))
-    logits = 1.5 * logits @ (np.eye(n_classes) + 0.3 * rng.random((n_classes, n_classes)))
-    return logits + np.linspace(0.0, 1.5, n_classes), y
 
 
 def _torch_reference(logits, y, kind, reg_off_diagonal=0.0, reg_bias=0.0):
@@ -87,8 +84,8 @@ def _torch_reference(logits, y, kind, reg_off_diagonal=0.0, reg_bias=0.0):
         (MatrixScaling(reg_off_diagonal=5.0, reg_bias=1.0), "matrix"),
     ],
 )
-def test_matches_an_autograd_reference(estimator, kind):
-    logits, y = _problem(0)
+def test_matches_an_autograd_reference(estimator, kind, mixed_logits):
+    logits, y = mixed_logits(0)
     fitted = estimator.fit(logits, y)
     reference, reference_loss = _torch_reference(
         logits,
@@ -104,8 +101,8 @@ def test_matches_an_autograd_reference(estimator, kind):
     np.testing.assert_allclose(fitted.predict_proba(logits), reference, atol=1e-4)
 
 
-def test_unregularised_matrix_scaling_is_multinomial_logistic_regression():
-    logits, y = _problem(1)
+def test_unregularised_matrix_scaling_is_multinomial_logistic_regression(mixed_logits):
+    logits, y = mixed_logits(1)
     fitted = MatrixScaling(tol=1e-9).fit(logits, y)
     reference = LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(logits, y)
     np.testing.assert_allclose(
@@ -113,26 +110,37 @@ def test_unregularised_matrix_scaling_is_multinomial_logistic_regression():
     )
 
 
-@pytest.mark.parametrize("estimator", [VectorScaling(reg_bias=0.7), MatrixScaling(3.0, 0.7)])
-def test_analytic_gradient_matches_finite_differences(estimator):
-    logits, y = _problem(2, n=50, n_classes=3)
-    weights = np.random.default_rng(3).random(50)
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        VectorScaling(reg_bias=0.7),
+        MatrixScaling(3.0, 0.7),
+        StructuredVectorScaling(reg_bias=0.7, reg_diagonal=1.3),
+        StructuredMatrixScaling(reg_bias=0.7, reg_diagonal=1.3),
+    ],
+    ids=type,
+)
+def test_analytic_gradient_matches_finite_differences(estimator, mixed_logits):
+    logits, y = mixed_logits(2, n=60, n_classes=3)
+    # Fitted first: the structured scalings' penalty weights and features come from fit.
+    fitted = clone(estimator).fit(logits, y)
+    features = fitted._preprocess(logits) if hasattr(fitted, "_preprocess") else logits
+    weights = np.random.default_rng(3).random(60)
     weights /= weights.sum()
-    n_parameters = 12 if isinstance(estimator, MatrixScaling) else 6
-    parameters = np.random.default_rng(4).normal(size=n_parameters)
+    parameters = np.random.default_rng(4).normal(size=fitted.coef_.size + 3)
 
     def loss(theta):
-        return estimator._loss(theta, logits, y, weights)[0]
+        return fitted._loss(theta, features, y, weights)[0]
 
     def gradient(theta):
-        return estimator._loss(theta, logits, y, weights)[1]
+        return fitted._loss(theta, features, y, weights)[1]
 
     scale = max(1.0, np.abs(gradient(parameters)).max())
     assert check_grad(loss, gradient, parameters) < 1e-6 * scale
 
 
-def test_odir_penalties_shrink_their_parameters():
-    logits, y = _problem(5)
+def test_odir_penalties_shrink_their_parameters(mixed_logits):
+    logits, y = mixed_logits(5)
     free = MatrixScaling().fit(logits, y)
     shrunk = MatrixScaling(reg_off_diagonal=1e5, reg_bias=1e5).fit(logits, y)
     off_diagonal = ~np.eye(4, dtype=bool)
@@ -178,8 +186,8 @@ def test_dirichlet_calibration_is_matrix_scaling_of_log_probabilities(load_recor
 
 
 @pytest.mark.parametrize("estimator", [VectorScaling(), MatrixScaling(), MatrixScaling(1.0, 1.0)])
-def test_calibration_split_missing_classes(estimator):
-    logits, y = _problem(6, n=1200, n_classes=6)
+def test_calibration_split_missing_classes(estimator, mixed_logits):
+    logits, y = mixed_logits(6, n=1200, n_classes=6)
     present = y < 4  # classes 4 and 5 never occur in the calibration split
     fitted = estimator.fit(logits[present], y[present])
     np.testing.assert_array_equal(fitted.classes_, np.arange(6))
@@ -192,9 +200,9 @@ def test_calibration_split_missing_classes(estimator):
     assert negative_log_likelihood(y[present], probabilities[present]) < raw
 
 
-def test_string_classes_and_dataframe_input():
+def test_string_classes_and_dataframe_input(mixed_logits):
     pandas = pytest.importorskip("pandas")
-    logits, y = _problem(7, n_classes=3)
+    logits, y = mixed_logits(7, n_classes=3)
     names = np.array(["cat", "dog", "eel"])
     frame = pandas.DataFrame(logits, columns=list(names))
     fitted = VectorScaling(classes=names).fit(frame, names[y])
@@ -203,13 +211,13 @@ def test_string_classes_and_dataframe_input():
     assert fitted.score(frame, names[y]) > 0.5
 
 
-def test_non_convergence_is_reported():
-    logits, y = _problem(8)
+def test_non_convergence_is_reported(mixed_logits):
+    logits, y = mixed_logits(8)
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         MatrixScaling(max_iter=2).fit(logits, y)
 
 
-def test_many_class_fit_runs_its_products_on_one_blas_thread(monkeypatch):
+def test_many_class_fit_runs_its_products_on_one_blas_thread(monkeypatch, mixed_logits):
     # A (4000, 100) x (100, 100) product per L-BFGS step: on a thread pool each one
     # took 20 times longer on a busy 2-core machine, which made a 100-class fit take minutes.
     threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -224,21 +232,21 @@ def test_many_class_fit_runs_its_products_on_one_blas_thread(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(MatrixScaling, "_loss", record_and_stop)
-    logits, y = _problem(9, n=4000, n_classes=100)
+    logits, y = mixed_logits(9, n=4000, n_classes=100)
     with pytest.raises(Stop):
         MatrixScaling(reg_off_diagonal=1.0, reg_bias=1.0).fit(logits, y)
     assert seen and max(seen) == 1
 
 
-def test_unregularised_matrix_scaling_warns_when_over_parameterised():
-    logits, y = _problem(10, n=500, n_classes=10)  # 110 parameters, 500 samples
+def test_unregularised_matrix_scaling_warns_when_over_parameterised(mixed_logits):
+    logits, y = mixed_logits(10, n=500, n_classes=10)  # 110 parameters, 500 samples
     with pytest.warns(UserWarning, match=r"110 parameters .* 500 samples.*reg_off_diagonal"):
         MatrixScaling(max_iter=5).fit(logits, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         warnings.simplefilter("ignore", ConvergenceWarning)
         MatrixScaling(reg_off_diagonal=1.0, max_iter=5).fit(logits, y)
-        MatrixScaling(max_iter=5).fit(*_problem(10, n=2000, n_classes=10))
+        MatrixScaling(max_iter=5).fit(*mixed_logits(10, n=2000, n_classes=10))
 
 
 @pytest.mark.parametrize(
@@ -251,8 +259,8 @@ def test_unregularised_matrix_scaling_warns_when_over_parameterised():
         ),
     ],
 )
-def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid):
-    logits, y = _problem(11, n=300, n_classes=4)
+def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid, mixed_logits):
+    logits, y = mixed_logits(11, n=300, n_classes=4)
     search = tuned_scaling(estimator).fit(logits, y)
     # Independent oracle: the mean held-out NLL of each grid point on the same folds.
     folds = list(StratifiedKFold(n_splits=3).split(logits, y))
@@ -275,13 +283,13 @@ def test_tuned_scaling_picks_the_lowest_cross_validated_nll(estimator, grid):
 
 
 @pytest.mark.parametrize("estimator", [VectorScaling(), MatrixScaling()], ids=["vector", "matrix"])
-def test_tuned_scaling_on_too_few_rows_says_what_the_search_needs(estimator):
-    logits, y = _problem(12, n=4, n_classes=3)
+def test_tuned_scaling_on_too_few_rows_says_what_the_search_needs(estimator, mixed_logits):
+    logits, y = mixed_logits(12, n=4, n_classes=3)
     y = np.array([0, 1, 2, 0])
     with pytest.raises(ValueError, match=r"3-fold cross-validated NLL needs at least 3 samples"):
         tuned_scaling(estimator).fit(logits, y)
     # The folds are GridSearchCV's own for an integer: unshuffled stratified k-fold.
-    logits, y = _problem(13, n=40, n_classes=3)
+    logits, y = mixed_logits(13, n=40, n_classes=3)
     folds = tuned_scaling(estimator, cv=4).cv.split(logits, y)
     for (train, test), (expected_train, expected_test) in zip(
         folds, StratifiedKFold(4).split(logits, y), strict=True
@@ -301,9 +309,9 @@ def _no_fit_work(monkeypatch):
     monkeypatch.setattr(MatrixScaling, "_initial_coef", refuse)
 
 
-def test_matrix_scaling_refuses_more_parameters_than_its_budget(monkeypatch):
+def test_matrix_scaling_refuses_more_parameters_than_its_budget(monkeypatch, mixed_logits):
     _no_fit_work(monkeypatch)
-    logits, y = _problem(12, n=30, n_classes=10)  # 10^2 + 10 = 110 parameters
+    logits, y = mixed_logits(12, n=30, n_classes=10)  # 10^2 + 10 = 110 parameters
     with pytest.raises(ValueError, match=r"K = 10 classes has 110 parameters.*VectorScaling"):
         MatrixScaling(max_parameters=109).fit(logits, y)
 
@@ -316,8 +324,8 @@ def test_matrix_scaling_default_budget_stops_thousands_of_classes(monkeypatch):
         MatrixScaling(reg_off_diagonal=1.0).fit(logits, [0, 1, 2])
 
 
-def test_matrix_scaling_budget_cannot_exceed_what_lbfgsb_addresses():
-    logits, y = _problem(14, n=30, n_classes=3)
+def test_matrix_scaling_budget_cannot_exceed_what_lbfgsb_addresses(mixed_logits):
+    logits, y = mixed_logits(14, n=30, n_classes=3)
     with pytest.raises(ValueError, match="max_parameters"):
         MatrixScaling(max_parameters=10**8).fit(logits, y)
     # Exactly at the limit is accepted (the limit itself is what L-BFGS-B can index).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.optimize import check_grad, minimize_scalar
+from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax, softmax
 from sklearn.base import clone
 from sklearn.metrics import log_loss
@@ -19,15 +19,6 @@ from reliacal.calibrators import (
     VectorScaling,
 )
 from reliacal.metrics import nll_scorer
-
-
-def _problem(seed, n=600, n_classes=4):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, n_classes, size=n)
-    # Over-confident, with a class bias and class mixing: TS alone cannot fix it.
-    logits = 2.0 * np.eye(n_classes)[y] + 1.5 * rng.normal(size=(n, n_classes))
-    logits = 1.5 * logits @ (np.eye(n_classes) + 0.3 * rng.random((n_classes, n_classes)))
-    return logits + np.linspace(0.0, 1.5, n_classes), y
 
 
 def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
@@ -102,8 +93,8 @@ def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
         (StructuredMatrixScaling(0.5, 2.0, 3.0, class_exponent=0.5), "matrix"),
     ],
 )
-def test_reaches_the_optimum_of_an_independent_autograd_objective(estimator, kind):
-    logits, y = _problem(0)
+def test_reaches_the_optimum_of_an_independent_autograd_objective(estimator, kind, mixed_logits):
+    logits, y = mixed_logits(0)
     fitted = clone(estimator).fit(logits, y)
     strengths = (fitted.reg_bias, fitted.reg_diagonal, getattr(fitted, "reg_off_diagonal", 0.0))
     reference_loss, temperature = _reference(
@@ -123,8 +114,8 @@ def test_reaches_the_optimum_of_an_independent_autograd_objective(estimator, kin
     assert loss(tight) <= reference_loss + 1e-10
 
 
-def test_penalty_strengths_are_lambda_times_counts_over_samples():
-    logits, y = _problem(1, n=600, n_classes=3)
+def test_penalty_strengths_are_lambda_times_counts_over_samples(mixed_logits):
+    logits, y = mixed_logits(1, n=600, n_classes=3)
     fitted = StructuredMatrixScaling(reg_bias=2.0, reg_diagonal=3.0, reg_off_diagonal=4.0)
     fitted.fit(logits, y)
     # By hand: K = 3, n = 600, K (K - 1) = 6.
@@ -135,28 +126,8 @@ def test_penalty_strengths_are_lambda_times_counts_over_samples():
 
 
 @pytest.mark.parametrize("estimator", [StructuredVectorScaling(), StructuredMatrixScaling()])
-def test_analytic_gradient_matches_finite_differences(estimator):
-    logits, y = _problem(2, n=60, n_classes=3)
-    fitted = clone(estimator).set_params(reg_bias=0.7, reg_diagonal=1.3).fit(logits, y)
-    features = fitted._preprocess(logits)
-    weights = np.random.default_rng(3).random(60)
-    weights /= weights.sum()
-    n_parameters = fitted.coef_.size + 3
-    parameters = np.random.default_rng(4).normal(size=n_parameters)
-
-    def loss(theta):
-        return fitted._loss(theta, features, y, weights)[0]
-
-    def gradient(theta):
-        return fitted._loss(theta, features, y, weights)[1]
-
-    scale = max(1.0, np.abs(gradient(parameters)).max())
-    assert check_grad(loss, gradient, parameters) < 1e-6 * scale
-
-
-@pytest.mark.parametrize("estimator", [StructuredVectorScaling(), StructuredMatrixScaling()])
-def test_infinite_penalties_leave_temperature_scaling_with_the_mixture(estimator):
-    logits, y = _problem(5)
+def test_infinite_penalties_leave_temperature_scaling_with_the_mixture(estimator, mixed_logits):
+    logits, y = mixed_logits(5)
     strong = {"reg_bias": 1e9, "reg_diagonal": 1e9}
     if isinstance(estimator, StructuredMatrixScaling):
         strong["reg_off_diagonal"] = 1e9
@@ -174,8 +145,10 @@ def test_infinite_penalties_leave_temperature_scaling_with_the_mixture(estimator
         (StructuredMatrixScaling(0.0, 0.0, 0.0), MatrixScaling()),
     ],
 )
-def test_without_penalties_it_is_plain_scaling_of_the_preprocessed_logits(estimator, plain):
-    logits, y = _problem(6, n=2000)
+def test_without_penalties_it_is_plain_scaling_of_the_preprocessed_logits(
+    estimator, plain, mixed_logits
+):
+    logits, y = mixed_logits(6, n=2000)
     fitted = clone(estimator).set_params(tol=1e-9).fit(logits, y)
     preprocessed = fitted._preprocess(logits)
     reference = clone(plain).set_params(tol=1e-9).fit(preprocessed, y)
@@ -185,8 +158,8 @@ def test_without_penalties_it_is_plain_scaling_of_the_preprocessed_logits(estima
 
 
 @pytest.mark.parametrize("estimator", [StructuredVectorScaling(), StructuredMatrixScaling()])
-def test_integer_sample_weights_equal_repeated_rows(estimator):
-    logits, y = _problem(7, n=300)
+def test_integer_sample_weights_equal_repeated_rows(estimator, mixed_logits):
+    logits, y = mixed_logits(7, n=300)
     counts = np.random.default_rng(8).integers(0, 4, size=300)
     weighted = clone(estimator).set_params(tol=1e-10).fit(logits, y, sample_weight=counts)
     repeated = (
@@ -247,22 +220,22 @@ def test_equals_probmetrics_on_a_cifar_record(ours, key, load_record):
     assert ours_loss == pytest.approx(peer_loss, rel=1e-4)
 
 
-def test_refuses_more_parameters_than_its_budget():
-    logits, y = _problem(9, n=30, n_classes=10)
+def test_refuses_more_parameters_than_its_budget(mixed_logits):
+    logits, y = mixed_logits(9, n=30, n_classes=10)
     with pytest.raises(ValueError, match=r"K = 10 classes has 110 parameters"):
         StructuredMatrixScaling(max_parameters=109).fit(logits, y)
 
 
-def test_invalid_parameters_are_named():
-    logits, y = _problem(10, n=50)
+def test_invalid_parameters_are_named(mixed_logits):
+    logits, y = mixed_logits(10, n=50)
     with pytest.raises(ValueError, match="'reg_off_diagonal' parameter"):
         StructuredMatrixScaling(reg_off_diagonal=-1.0).fit(logits, y)
     with pytest.raises(ValueError, match="'reg_diagonal' parameter"):
         StructuredVectorScaling(reg_diagonal="big").fit(logits, y)
 
 
-def test_grid_search_tunes_the_off_diagonal_strength():
-    logits, y = _problem(11, n=450, n_classes=3)
+def test_grid_search_tunes_the_off_diagonal_strength(mixed_logits):
+    logits, y = mixed_logits(11, n=450, n_classes=3)
     grid = {"reg_off_diagonal": [0.1, 1.0, 10.0]}
     search = GridSearchCV(StructuredMatrixScaling(), grid, scoring=nll_scorer, cv=3)
     search.fit(logits, y)

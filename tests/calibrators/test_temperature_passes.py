@@ -93,11 +93,7 @@ def test_cifar_records_are_read_at_most_three_times(record_name, load_record):
 
 def _rows_off_the_subset(n_samples, n_classes, count):
     """``count`` rows that the first strided subset (and so every deeper one) skips."""
-    n_rows = min(
-        max(nll._SUBSET_ROWS, nll._SUBSET_ELEMENTS // n_classes),
-        n_samples // nll._SUBSET_FRACTION,
-    )
-    subset = np.linspace(0, n_samples - 1, n_rows).round().astype(np.intp)
+    subset = nll.subset_rows(n_samples, n_classes)
     outside = np.setdiff1d(np.arange(n_samples), subset)
     return outside[:: len(outside) // count][:count]
 

@@ -356,6 +356,19 @@ def test_without_calibration_head_it_is_plain_fine_tuning():
     np.testing.assert_allclose(model.decision_function(X), logits, rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:validation accuracy never rose")
+def test_step_schedule_lowers_the_rate_at_each_milestone():
+    # The paper's recipe (SGD, steps at 150 and 250) in miniature: x0.1 from epochs 1 and 2.
+    X, y = image_data()
+    model = quick(
+        optimizer="sgd", learning_rate=0.01, schedule="step", milestones=(1, 2), max_epochs=3
+    ).fit(X, y)
+    # The rate of each epoch's last step, by hand: 0.01 * 0.1 ** (milestones reached).
+    np.testing.assert_allclose([epoch["lr"] for epoch in model.history_], [1e-2, 1e-3, 1e-4])
+    cosine = quick(optimizer="sgd", learning_rate=0.01, max_epochs=3).fit(X, y)
+    assert cosine.history_[0]["lr"] < 1e-2  # the default decays within the first epoch
+
+
 def test_global_scale_learns_one_scale_shared_by_every_sample():
     X, y = image_data()
     untrained = quick(calibration_head="global")._build_network(seed=0).scale_head
@@ -517,6 +530,21 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         reliacal.load(tmp_path / "calattn.zip", backbone=torch.nn.Linear(2, 2))
 
 
+@pytest.mark.filterwarnings("ignore:validation accuracy never rose")
+def test_save_and_load_keep_the_step_schedule(tmp_path, no_pickle):
+    X, y = image_data()
+    schedule = {"schedule": "step", "milestones": (1,), "gamma": 0.5}
+    model = quick(optimizer="sgd", learning_rate=0.01, **schedule).fit(X, y)
+    model.save(tmp_path / "calattn.zip")
+    loaded = reliacal.load(tmp_path / "calattn.zip", backbone=tiny_vit(seed=5))
+    params = loaded.get_params(deep=False)
+    assert {name: params[name] for name in schedule} == schedule
+    assert type(params["milestones"]) is tuple
+    np.testing.assert_array_equal(model.predict_proba(X), loaded.predict_proba(X))
+    # The rates of the two epochs, by hand: 0.01, then 0.01 * 0.5 from milestone 1 on.
+    np.testing.assert_allclose([epoch["lr"] for epoch in loaded.history_], [1e-2, 5e-3])
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -529,6 +557,8 @@ def test_save_and_load_round_trip_given_the_backbone(tmp_path, no_pickle):
         ({"initial_scale": 0.0}, "'initial_scale' parameter .* must be"),
         ({"initial_scale": 0.5, "calibration_head": False}, "fixes the scale to 1"),
         ({"optimizer": "lbfgs"}, "'optimizer' parameter .* must be a str among"),
+        ({"schedule": "linear"}, "'schedule' parameter .* must be a str among"),
+        ({"milestones": (-1,)}, "each of milestones must be an integer >= 0"),
         ({"train_transform": 3}, "'train_transform' parameter .* must be a callable"),
         ({"verbose": -1}, "'verbose' parameter"),
         ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),

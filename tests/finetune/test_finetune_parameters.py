@@ -15,7 +15,7 @@ SHARED = {
     "checkpoint_dir": None,
     "device": "auto",
     "random_state": None,
-    "verbose": 0,
+    "verbose": 1,
     "classes": None,
     "n_threads": None,
 }

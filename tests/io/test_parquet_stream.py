@@ -173,7 +173,7 @@ def test_memory_is_bounded_by_a_batch(tmp_path):
     del probs
     tracemalloc.start()
     try:
-        state, _ = stream_parquet(path, keep_confidences=False, progress=io.StringIO())
+        state, _ = stream_parquet(path, streamable_only=True, progress=io.StringIO())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -222,3 +222,36 @@ def test_user_errors_are_one_line(capsys, tmp_path, setup, message):
     status, _, err = _evaluate(capsys, folder, *extra)
     assert status == 1 and len(err) == 1 and err[0].startswith("reliacal: error: ")
     assert message in err[0], err
+
+
+def test_the_full_report_reads_the_files_again_in_constant_memory(monkeypatch, tmp_path):
+    # Two-decimal probabilities: buckets of several values at the quantile cuts, so the
+    # sorted metrics need the second read.
+    rng = np.random.default_rng(8)
+    positive = np.round(rng.random(30_000), 2)
+    labels = (rng.random(30_000) < positive).astype(int)
+    probs = np.column_stack([1 - positive, positive])
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for index, start in enumerate(range(0, 30_000, 10_000)):
+        rows = slice(start, start + 10_000)
+        _write(folder / f"part-{index}.parquet", labels[rows], probs[rows], row_group_size=4000)
+    opened = []
+    original = pq.ParquetFile
+
+    class CountingParquetFile(original):
+        def __init__(self, path, *args, **kwargs):
+            opened.append(path.name)
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", CountingParquetFile)
+    state, _ = stream_parquet(folder, progress=io.StringIO())
+    assert opened == ["part-0.parquet", "part-1.parquet", "part-2.parquet"] * 2
+    assert state.histogram and state._sums.confidences == []
+    expected = calibration_report(labels, {"m": probs})
+    values = state.compute(list(expected.columns))
+    for name in expected.columns:
+        assert values[name] == pytest.approx(expected.loc["m", name], rel=1e-12, abs=1e-12), name
+    opened.clear()
+    state, _ = stream_parquet(folder, streamable_only=True, progress=io.StringIO())
+    assert len(opened) == 3 and not state.histogram

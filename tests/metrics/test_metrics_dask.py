@@ -15,6 +15,7 @@ from reliacal.metrics import CalibrationState, calibration_report, softmax
 from reliacal.metrics._dask import dask_state
 from reliacal.metrics._registry import FUNCTIONS, STREAMABLE
 
+dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
@@ -264,3 +265,41 @@ def test_states_travel_between_worker_processes(data, local_dask_client):
             metrics.accuracy(*_dask_arrays(labels, bad))
     expected = calibration_report(labels, {"m": probs})
     np.testing.assert_allclose(report.to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+def _tied_data(n_samples=60_000, seed=23):
+    # Two-decimal probabilities: many buckets hold both p and a neighbour of 1 - p,
+    # so the sorted metrics need a refining pass over the partitions.
+    rng = np.random.default_rng(seed)
+    positive = np.round(rng.random(n_samples), 2)
+    return (rng.random(n_samples) < positive).astype(int), positive
+
+
+def test_the_sorted_metrics_refine_a_histogram_over_the_partitions(client, monkeypatch):
+    from reliacal.metrics import _dask
+
+    labels, positive = _tied_data()
+    passes = []
+    refine = _dask._partition_refinement
+
+    def counted(partition, *arguments):
+        passes.append(partition)
+        return refine(partition, *arguments)
+
+    monkeypatch.setattr(_dask, "_partition_refinement", counted)
+    dask_labels = da.from_array(labels, chunks=15_000)
+    dask_positive = da.from_array(positive, chunks=15_000)
+    # In this process, so that the counting closure's list is this one (the client's
+    # workers would get a pickled copy of it).
+    with dask.config.set(scheduler="synchronous"):
+        state = dask_state(dask_labels, dask_positive, histogram=True)
+    assert passes and sorted(set(passes)) == [0, 1, 2, 3]  # every partition, again
+    assert state._sums.confidences == []  # nothing per row reached the client
+    names = ["adaptive_ece", "debiased_ece", "smooth_ece", "ks_error", "sweep_ece"]
+    expected = CalibrationState(keep_confidences=True).update(labels, positive).compute(names)
+    values = state.compute(names)
+    for name in names:
+        assert values[name] == pytest.approx(expected[name], abs=1e-12), name
+    report = calibration_report(dask_labels, {"m": dask_positive})
+    in_memory = calibration_report(labels, {"m": positive})
+    np.testing.assert_allclose(report.to_numpy(), in_memory.to_numpy(), rtol=1e-12, atol=1e-12)

@@ -20,17 +20,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 
 import reliacal
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import (
+    CenteredIsotonicCalibration,
     EnsembleTemperatureScaling,
     HistogramBinning,
     IsotonicCalibration,
     MatrixScaling,
+    QuadraticScaling,
+    SplineCalibration,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
     TemperatureScaling,
     VectorScaling,
+    VennAbersCalibration,
 )
 from reliacal.datasets import make_logits
 from reliacal.persistence import save
@@ -225,6 +232,88 @@ def test_lookup_tables_no_fit_gives_are_refused(tmp_path):
         reliacal.load(binning)
 
 
+def change_state(folder: Path, path: tuple, change) -> None:
+    """Replace the fitted value at ``path`` (attribute, then list indices) by ``change(value)``.
+
+    An ``$array`` entry gets the array ``change(array)`` in ``arrays.npz``; any other entry
+    is replaced in the manifest. Checksums are recomputed.
+    """
+    manifest = read_manifest(folder)
+    parent, key = manifest["estimator"]["state"], path[0]
+    for index in path[1:]:
+        parent, key = parent[key], index
+    entry = parent[key]
+    if isinstance(entry, dict) and "$array" in entry:
+        arrays = stored_arrays(folder)
+        arrays[entry["$array"]] = np.asarray(change(arrays[entry["$array"]]))
+        write_arrays(folder, npz_bytes(arrays))
+    else:
+        parent[key] = change(entry)
+        write_manifest(folder, manifest)
+
+
+def _unsorted(array):
+    return array[::-1].copy()
+
+
+def _longer(array):
+    return np.append(array, array[-1:])
+
+
+# (calibrator, path to the fitted value, change): each gives a state that no fit gives.
+RANKED_CORRUPTIONS = {
+    "svs-temperature-negative": (StructuredVectorScaling(), ("temperature_",), lambda v: -1.0),
+    "svs-temperature-nan": (
+        StructuredVectorScaling(),
+        ("temperature_",),
+        lambda v: {"$float": "nan"},
+    ),
+    "svs-coef-shape": (StructuredVectorScaling(), ("coef_",), _longer),
+    "sms-mixture-one": (StructuredMatrixScaling(), ("mixture_weight_",), lambda v: 1.0),
+    "sms-mixture-zero": (StructuredMatrixScaling(), ("mixture_weight_",), lambda v: 0.0),
+    "sms-penalty-negative": (StructuredMatrixScaling(), ("penalty_weights_",), lambda a: -a),
+    "sms-coef-nan": (StructuredMatrixScaling(), ("coef_",), lambda a: np.full_like(a, np.nan)),
+    "quadratic-coef-shape": (QuadraticScaling(), ("coef_",), lambda a: a[:, 0].copy()),
+    "quadratic-intercept-inf": (
+        QuadraticScaling(),
+        ("intercept_",),
+        lambda a: np.full_like(a, np.inf),
+    ),
+    "venn-abers-knots-unsorted": (VennAbersCalibration(), ("knots_", 0, 1), _unsorted),
+    "venn-abers-knots-nan": (
+        VennAbersCalibration(),
+        ("knots_", 0, 0),
+        lambda a: np.full_like(a, np.nan),
+    ),
+    "venn-abers-upper-length": (VennAbersCalibration(), ("upper_", 0, 2), _longer),
+    "venn-abers-upper-zero": (VennAbersCalibration(), ("upper_", 0, 0), np.zeros_like),
+    "venn-abers-lower-one": (VennAbersCalibration(), ("lower_", 0, 1), np.ones_like),
+    "venn-abers-folds": (
+        VennAbersCalibration(),
+        ("lower_",),
+        lambda folds: folds + folds,
+    ),
+    "cir-knots-unsorted": (CenteredIsotonicCalibration(), ("knots_", 0), _unsorted),
+    "cir-values-above-one": (CenteredIsotonicCalibration(), ("values_", 2), lambda a: a + 2.0),
+    "cir-values-length": (CenteredIsotonicCalibration(), ("values_", 1), _longer),
+    "spline-knots-repeated": (SplineCalibration(), ("knots_", 0), _longer),
+    "spline-coef-length": (SplineCalibration(), ("coef_", 2), _longer),
+    "spline-coef-inf": (SplineCalibration(), ("coef_", 1), lambda a: np.full_like(a, np.inf)),
+    "spline-maps": (SplineCalibration(), ("coef_",), lambda maps: maps[:2]),
+    "spline-reg-param-negative": (SplineCalibration(), ("reg_param_",), lambda a: a - 10.0),
+}
+
+
+@pytest.mark.parametrize("case", list(RANKED_CORRUPTIONS))
+def test_ranked_calibrators_refuse_a_state_no_fit_gives(tmp_path, case):
+    model, path, change = RANKED_CORRUPTIONS[case]
+    folder = fitted_folder(tmp_path, clone(model))
+    reliacal.load(folder)  # the file as saved loads
+    change_state(folder, path, change)
+    with pytest.raises(ValueError, match=f"{path[0]}.*refusing to load it"):
+        reliacal.load(folder)
+
+
 @pytest.mark.parametrize(
     "where, name",
     [
@@ -325,19 +414,28 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path):
 # 4. Sizes, members and versions --------------------------------------------------------------
 
 
+def assert_refused_within_memory(path, match):
+    """``load(path)`` raises a ValueError matching ``match`` having allocated under 8 MiB.
+
+    The members of these files inflate to 64 MiB: staying under 8 MiB shows that they
+    were refused before being read.
+    """
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            reliacal.load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+
+
 def test_an_unreferenced_array_is_refused_before_it_is_read(ts_folder):
     # A deflated member that inflates to 64 MiB of zeros, behind a matching SHA-256.
     bomb = npy_member(np.zeros(8 * 2**20))
     arrays = stored_arrays(ts_folder)
     write_arrays(ts_folder, npz_bytes(arrays, compressed={"a99.npy": bomb}))
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="a99"):
-            reliacal.load(ts_folder)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(ts_folder, "a99")
 
 
 def test_a_compressed_array_is_refused_before_it_is_read(ts_folder):
@@ -358,14 +456,7 @@ def test_an_archive_whose_members_inflate_is_refused_before_reading(ts_folder, t
         bundle.writestr(MANIFEST, manifest)
         bundle.writestr(ARRAYS, b"\0" * 64 * 2**20)
     assert archive.stat().st_size < 2**20
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="compressed"):
-            reliacal.load(archive)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 2**20
+    assert_refused_within_memory(archive, "compressed")
 
 
 def test_an_archive_with_two_manifests_is_refused(ts_folder, tmp_path):
@@ -440,27 +531,52 @@ def test_named_tuples_that_did_not_opt_in_are_not_built(ts_folder):
 # 23. Malformed manifests: each a ValueError saying what is wrong ----------------------------
 
 
+# Each malformed manifest, and what its error must say: the entry that is wrong.
 MALFORMED = {
-    "no estimator": lambda m: m.pop("estimator"),
-    "estimator not an object": lambda m: m.update(estimator=[]),
-    "params not an object": lambda m: m["estimator"].update(params=5),
-    "unknown float name": lambda m: m["estimator"]["state"].update(n_iter_={"$float": "zz"}),
-    "unknown tag": lambda m: m["estimator"]["state"].update(n_iter_={"$unknown": 1}),
-    "array key not a string": lambda m: m["estimator"]["state"].update(n_iter_={"$array": [1]}),
-    "object array shape": lambda m: m["estimator"]["state"].update(
-        n_iter_={"$object_array": [1, 2, 3], "shape": [10**12]}
+    "no estimator": (lambda m: m.pop("estimator"), r"missing entries \['estimator'\]"),
+    "estimator not an object": (
+        lambda m: m.update(estimator=[]),
+        "estimator must be a JSON object",
     ),
-    "fields not an object": lambda m: m["estimator"]["state"].update(
-        members_={"$namedtuple": "reliacal.calibrators.adaptive.AdaptiveTSMember", "fields": 3}
+    "params not an object": (
+        lambda m: m["estimator"].update(params=5),
+        "params must be a JSON object, got 5",
     ),
-    "files not an object": lambda m: m.update(files="arrays.npz"),
+    "unknown float name": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$float": "zz"}),
+        "unknown float 'zz'",
+    ),
+    "unknown tag": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$unknown": 1}),
+        r"unknown tag '\$unknown'",
+    ),
+    "array key not a string": (
+        lambda m: m["estimator"]["state"].update(n_iter_={"$array": [1]}),
+        r"array \[1\] that arrays.npz lacks",
+    ),
+    "object array shape": (
+        lambda m: m["estimator"]["state"].update(
+            n_iter_={"$object_array": [1, 2, 3], "shape": [10**12]}
+        ),
+        "object array whose shape is not its length",
+    ),
+    "fields not an object": (
+        lambda m: m["estimator"]["state"].update(
+            members_={"$namedtuple": "reliacal.calibrators.adaptive.AdaptiveTSMember", "fields": 3}
+        ),
+        "named tuple fields must be a JSON object, got 3",
+    ),
+    "files not an object": (
+        lambda m: m.update(files="arrays.npz"),
+        "'files' entry is malformed",
+    ),
 }
 
 
-@pytest.mark.parametrize("change", MALFORMED.values(), ids=MALFORMED.keys())
-def test_malformed_manifests_are_value_errors(ts_folder, change):
+@pytest.mark.parametrize(("change", "message"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_manifests_are_value_errors_that_name_the_entry(ts_folder, change, message):
     edit_manifest(ts_folder, change)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         reliacal.load(ts_folder)
 
 
