@@ -1,18 +1,16 @@
 """Sample-dependent adaptive temperature scaling (AdaTS, Joy et al., AAAI 2023).
 
-The network lives in two private pieces: :class:`_AdaptiveTemperatureNetwork`
-(a variational auto-encoder over the frozen classifier's features whose
-latent code, compared against one Gaussian prior per class, drives a
-temperature head) and :func:`_adaptive_ts_loss` (reconstruction + KL +
-cross-entropy of the temperature-scaled logits). :class:`AdaptiveTS` is the
-scikit-learn estimator around them; it trains with the shared loop
-:func:`reliacal.training.fit_module`.
+The network and its loss live in :mod:`reliacal.calibrators._adaptive_network`
+(:class:`_AdaptiveTemperatureNetwork`, :func:`_adaptive_ts_loss`).
+:class:`AdaptiveTS` is the scikit-learn estimator around them; one member
+trains with the shared loop :func:`reliacal.training.fit_module`, several
+either one by one with it or stacked into one network
+(:mod:`reliacal.calibrators._adaptive_stack`) and trained together.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import numbers
 from typing import NamedTuple
 
@@ -25,6 +23,22 @@ from torch.utils.data import Dataset, Subset
 
 from reliacal._device import resolve_device
 from reliacal._init_arguments import store_init_arguments
+from reliacal.calibrators._adaptive_network import (  # noqa: F401 - tests reach them here
+    _N_CONFIDENCE_STATISTICS,
+    _PUBLISHED_WIDTHS,
+    _adaptive_ts_loss,
+    _AdaptiveOutput,
+    _AdaptiveTemperatureNetwork,
+    _gaussian_kl,
+    _loss_from_terms,
+    _output_logits,
+    confidence_statistics,
+)
+from reliacal.calibrators._adaptive_stack import (
+    fit_stacked,
+    stacked_elbo,
+    stacked_loss_from_terms,
+)
 from reliacal.calibrators._base import BaseCalibrator
 from reliacal.calibrators.temperature import TemperatureScaling
 from reliacal.persistence import loadable
@@ -41,10 +55,6 @@ from reliacal.training import (
 
 __all__ = ["AdaptiveTS", "AdaptiveTSMember"]
 
-# Scales and temperatures are floored here, as in the authors' code, so that
-# a collapsing softplus can never divide by zero.
-_MIN_SCALE = 1e-3
-_PUBLISHED_WIDTHS = (1024, 512, 512)
 # Rows per inference batch: bounds the memory of predicting on large arrays.
 _INFERENCE_ROWS = 8192
 # What the training loop's chance warning says here: a temperature keeps the argmax.
@@ -53,217 +63,6 @@ _CHANCE_ADVICE = (
     "so this is the accuracy of the model that produced them: check that the labels match "
     "those logits (training longer cannot raise it)."
 )
-# Columns of confidence_statistics: top log-probability, top-2 margin, entropy.
-_N_CONFIDENCE_STATISTICS = 3
-
-
-def _mlp(sizes: tuple[int, ...], *, final_activation: bool) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for index, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(n_in, n_out))
-        if final_activation or index < len(sizes) - 2:
-            layers.append(nn.ELU())
-    return nn.Sequential(*layers)
-
-
-def _positive(raw: torch.Tensor) -> torch.Tensor:
-    return F.softplus(raw).clamp_min(_MIN_SCALE)
-
-
-def confidence_statistics(logits: torch.Tensor) -> torch.Tensor:
-    """Top log-probability, its margin over the second and the entropy: (B, K) -> (B, 3)."""
-    log_probabilities = torch.log_softmax(logits, dim=-1)
-    top_two = log_probabilities.topk(2, dim=-1).values
-    entropy = -(log_probabilities.exp() * log_probabilities).sum(dim=-1)
-    return torch.stack([top_two[:, 0], top_two[:, 0] - top_two[:, 1], entropy], dim=-1)
-
-
-class _AdaptiveOutput(NamedTuple):
-    logits: torch.Tensor  # (B, K) calibrated logits z / T(x)
-    temperature: torch.Tensor  # (B,)
-    reconstruction_nll: torch.Tensor  # (B,) -log p(h | u), Laplace with unit scale
-    posterior_mean: torch.Tensor  # (B, L)
-    posterior_scale: torch.Tensor  # (B, L)
-    prior_mean: torch.Tensor  # (K, L)
-    prior_scale: torch.Tensor  # (K, L)
-    sample_weight: torch.Tensor  # (B,) weight of each sample's loss
-
-
-class _AdaptiveTemperatureNetwork(nn.Module):
-    """The AdaTS model: encoder, decoder, class priors and temperature head.
-
-    ``forward((h, z, w))`` takes standardised features ``h`` (B, D), raw
-    logits ``z`` (B, K) and loss weights ``w`` (B,) (optional; ones when
-    omitted). The weights only ride along into the outputs, because the
-    training loop's contract is that the loss comes from the module's outputs
-    alone (what DistributedDataParallel needs). In training mode the latent code is sampled with the
-    reparameterisation trick (torch's global generator); in evaluation mode it
-    is the posterior mean, so predictions are deterministic.
-    """
-
-    def __init__(
-        self,
-        n_features: int,
-        n_classes: int,
-        latent_dim: int = 16,
-        hidden_layer_sizes: tuple[int, ...] = _PUBLISHED_WIDTHS,
-        temperature_hidden_sizes: tuple[int, ...] = (128, 128),
-        confidence_inputs: bool = False,
-    ) -> None:
-        super().__init__()
-        hidden = tuple(hidden_layer_sizes)
-        self.encoder = _mlp((n_features, *hidden), final_activation=True)
-        self.posterior_mean_head = nn.Linear(hidden[-1], latent_dim)
-        self.posterior_scale_head = nn.Linear(hidden[-1], latent_dim)
-        self.decoder = _mlp((latent_dim, *hidden, n_features), final_activation=False)
-        self.prior_mean = nn.Parameter(torch.randn(n_classes, latent_dim))
-        # softplus(0.5413) = 1: every class prior starts as a unit Gaussian around its mean.
-        self.prior_raw_scale = nn.Parameter(torch.full((n_classes, latent_dim), 0.5413))
-        self.confidence_inputs = confidence_inputs
-        n_head_inputs = n_classes
-        if confidence_inputs:
-            n_head_inputs += _N_CONFIDENCE_STATISTICS
-            # Set from the training rows by set_confidence_reference before training.
-            self.register_buffer("reference_temperature", torch.tensor(1.0))
-            self.register_buffer("statistics_mean", torch.zeros(_N_CONFIDENCE_STATISTICS))
-            self.register_buffer("statistics_scale", torch.ones(_N_CONFIDENCE_STATISTICS))
-        self.temperature_head = _mlp(
-            (n_head_inputs, *tuple(temperature_hidden_sizes), 1), final_activation=False
-        )
-
-    def config(self) -> dict:
-        """The sizes that rebuild this network (:meth:`from_config`); the weights are apart."""
-        return {
-            "n_features": int(self.encoder[0].in_features),
-            "n_classes": int(self.prior_mean.shape[0]),
-            "latent_dim": int(self.prior_mean.shape[1]),
-            "hidden_layer_sizes": _linear_widths(self.encoder),
-            "temperature_hidden_sizes": _linear_widths(self.temperature_head)[:-1],
-            "confidence_inputs": bool(self.confidence_inputs),
-        }
-
-    @classmethod
-    def from_config(cls, config: dict) -> _AdaptiveTemperatureNetwork:
-        """A new network of the sizes that :meth:`config` gave (randomly initialised)."""
-        sizes = ("n_features", "n_classes", "latent_dim")
-        widths = ("hidden_layer_sizes", "temperature_hidden_sizes")
-        valid = (
-            isinstance(config, dict)
-            and set(config) == {*sizes, *widths, "confidence_inputs"}
-            and all(type(config[key]) is int and config[key] > 0 for key in sizes)
-            and all(
-                isinstance(config[key], list)
-                and all(type(width) is int and width > 0 for width in config[key])
-                for key in widths
-            )
-            and config["hidden_layer_sizes"]
-            and type(config["confidence_inputs"]) is bool
-        )
-        if not valid:
-            raise ValueError(f"the saved AdaptiveTS network has a malformed configuration {config}")
-        return cls(
-            config["n_features"],
-            config["n_classes"],
-            latent_dim=config["latent_dim"],
-            hidden_layer_sizes=tuple(config["hidden_layer_sizes"]),
-            temperature_hidden_sizes=tuple(config["temperature_hidden_sizes"]),
-            confidence_inputs=config["confidence_inputs"],
-        )
-
-    @torch.no_grad()
-    def start_at(self, temperature: float) -> None:
-        """Make ``T(u)`` the constant ``temperature``: zero last weights, softplus^-1 bias.
-
-        The hidden layers keep their random initialisation, so gradients reach
-        them as soon as the last weights move away from zero.
-        """
-        last = self.temperature_head[-1]
-        last.weight.zero_()
-        # softplus^-1(t) = t + log(1 - exp(-t)), written with expm1 for small t.
-        last.bias.fill_(temperature + math.log(-math.expm1(-temperature)))
-
-    @torch.no_grad()
-    def set_confidence_reference(self, logits: torch.Tensor, temperature: float) -> None:
-        """Standardise the confidence inputs with these logits scaled by ``1 / temperature``."""
-        statistics = confidence_statistics(logits / temperature)
-        scale = statistics.std(dim=0)
-        self.reference_temperature.fill_(temperature)
-        self.statistics_mean.copy_(statistics.mean(dim=0))
-        self.statistics_scale.copy_(torch.where(scale > 1e-12, scale, torch.ones_like(scale)))
-
-    def posterior(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and scale of the diagonal Gaussian q(u | h)."""
-        hidden = self.encoder(features)
-        return self.posterior_mean_head(hidden), _positive(self.posterior_scale_head(hidden))
-
-    def class_log_likelihoods(self, latent: torch.Tensor) -> torch.Tensor:
-        """``l[b, k] = log N(u_b; m_k, diag s_k^2)``, shape (B, K)."""
-        prior_scale = _positive(self.prior_raw_scale)
-        standardised = (latent[:, None, :] - self.prior_mean) / prior_scale
-        per_dim = -0.5 * standardised.square() - prior_scale.log() - 0.5 * math.log(2 * math.pi)
-        return per_dim.sum(dim=-1)
-
-    def temperature_of(self, latent: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """Per-sample temperature ``T >= 1e-3``, shape (B,), from ``u`` (and ``z``)."""
-        inputs = self.class_log_likelihoods(latent)
-        if self.confidence_inputs:
-            statistics = confidence_statistics(logits.to(inputs.dtype) / self.reference_temperature)
-            standardised = (statistics - self.statistics_mean) / self.statistics_scale
-            inputs = torch.cat([inputs, standardised], dim=-1)
-        return _positive(self.temperature_head(inputs)).squeeze(-1)
-
-    def forward(self, inputs: tuple[torch.Tensor, ...]) -> _AdaptiveOutput:
-        features, logits = inputs[0], inputs[1]
-        weight = inputs[2] if len(inputs) > 2 else torch.ones_like(logits[:, 0])
-        mean, scale = self.posterior(features)
-        latent = mean + scale * torch.randn_like(scale) if self.training else mean
-        temperature = self.temperature_of(latent, logits)
-        reconstruction = self.decoder(latent)
-        # Laplace(h; h_hat, 1): -log p = |h - h_hat| + log 2 per dimension.
-        reconstruction_nll = ((features - reconstruction).abs() + math.log(2.0)).sum(dim=-1)
-        return _AdaptiveOutput(
-            logits=logits / temperature[:, None],
-            temperature=temperature,
-            reconstruction_nll=reconstruction_nll,
-            posterior_mean=mean,
-            posterior_scale=scale,
-            prior_mean=self.prior_mean,
-            prior_scale=_positive(self.prior_raw_scale),
-            sample_weight=weight,
-        )
-
-    @torch.no_grad()
-    def sampled_probabilities(
-        self,
-        features: torch.Tensor,
-        logits: torch.Tensor,
-        n_draws: int,
-        generator: torch.Generator,
-        head_logits: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Average ``softmax(z / T(u_s))`` over ``n_draws`` draws ``u_s ~ q(u | h)``.
-
-        ``head_logits`` (``logits`` when None) are what the temperature head
-        reads with ``confidence_inputs``: the estimator passes them held
-        within the calibration data's range. Returns the averaged
-        probabilities (B, K) and the mean temperature (B,).
-        """
-        head_logits = logits if head_logits is None else head_logits
-        mean, scale = self.posterior(features)
-        probabilities = torch.zeros_like(logits)
-        temperatures = torch.zeros_like(logits[:, 0])
-        for _ in range(n_draws):
-            noise = torch.randn(
-                scale.shape, generator=generator, device=generator.device, dtype=scale.dtype
-            ).to(scale.device)
-            temperature = self.temperature_of(mean + scale * noise, head_logits)
-            probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
-            temperatures += temperature
-        return probabilities / n_draws, temperatures / n_draws
-
-
-def _linear_widths(sequence: nn.Sequential) -> list[int]:
-    return [layer.out_features for layer in sequence if isinstance(layer, nn.Linear)]
 
 
 class _AdaptiveTemperatureMap(nn.Module):
@@ -297,45 +96,6 @@ class _AdaptiveTemperatureMap(nn.Module):
         return torch.softmax(logits / temperature[:, None], dim=1)
 
 
-def _gaussian_kl(
-    mean_q: torch.Tensor, scale_q: torch.Tensor, mean_p: torch.Tensor, scale_p: torch.Tensor
-) -> torch.Tensor:
-    """Closed-form KL(N(mean_q, scale_q^2) || N(mean_p, scale_p^2)), summed over the last axis."""
-    variance_ratio = (scale_q / scale_p).square()
-    mean_term = ((mean_q - mean_p) / scale_p).square()
-    return 0.5 * (variance_ratio + mean_term - 1.0 - variance_ratio.log()).sum(dim=-1)
-
-
-def _adaptive_ts_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.Tensor:
-    """Batch mean of ``w * (-log p(h|u) + KL(q(u|h) || p(u|y)) + CE(softmax(z / T), y))``."""
-    kl = _gaussian_kl(
-        outputs.posterior_mean,
-        outputs.posterior_scale,
-        outputs.prior_mean[target],
-        outputs.prior_scale[target],
-    )
-    cross_entropy = F.cross_entropy(outputs.logits, target, reduction="none")
-    per_sample = outputs.reconstruction_nll + kl + cross_entropy
-    return (outputs.sample_weight * per_sample).mean()
-
-
-def _loss_from_terms(loss):
-    """The trainer's ``loss_fn(outputs, target)`` around a user's
-    ``loss(logits, y, sample_weight, variational)`` (see ``AdaptiveTS(loss=...)``)."""
-
-    def training_loss(outputs: _AdaptiveOutput, target: torch.Tensor) -> torch.Tensor:
-        prior = (outputs.prior_mean[target], outputs.prior_scale[target])
-        kl = _gaussian_kl(outputs.posterior_mean, outputs.posterior_scale, *prior)
-        variational = outputs.reconstruction_nll + kl
-        return loss(outputs.logits, target, outputs.sample_weight, variational)
-
-    return training_loss
-
-
-def _output_logits(outputs: _AdaptiveOutput) -> torch.Tensor:
-    return outputs.logits
-
-
 @loadable
 class AdaptiveTSMember(NamedTuple):
     """One trained network of :class:`AdaptiveTS` and the record of its training."""
@@ -360,6 +120,19 @@ class _CalibrationData(Dataset):
     def __getitem__(self, index):
         inputs = (self.features[index], self.logits[index], self.weights[index])
         return inputs, self.targets[index]
+
+
+class _MemberStart(NamedTuple):
+    """A member ready to train: network, rows, starting temperature and the fit's arrays."""
+
+    network: _AdaptiveTemperatureNetwork
+    train_rows: np.ndarray
+    validation_rows: np.ndarray
+    global_ts: TemperatureScaling | None
+    seed: int | None
+    logits: np.ndarray
+    y_index: np.ndarray
+    weights: np.ndarray
 
 
 def _auto_hidden_sizes(n_features: int) -> tuple[int, int, int]:
@@ -572,10 +345,25 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         Networks to train, each with its own seed (the first with
         ``random_state``'s) and so its own initialisation, validation split
         and shuffling; ``T(x)`` is the geometric mean of their temperatures
-        (see the departures above). Fitting takes ``n_members`` times as long;
-        1 is the published model, and ``confidence_inputs=True, n_members=5``
+        (see the departures above). With ``member_training="sequential"``
+        fitting takes ``n_members`` times as long; 1 is the published model, and ``confidence_inputs=True, n_members=5``
         the steadier recipe
         (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
+    member_training : {"batched", "sequential"}, default="batched"
+        How ``n_members > 1`` networks train. ``"batched"``: stacked into one
+        network (each weight gains a leading member axis), so that one
+        forward and backward pass per mini-batch trains them all, each on its
+        own mini-batches, latent samples, kept epoch and early stopping, as
+        :func:`reliacal.training.fit_module` would draw and select them for
+        that member alone; a member that stops leaves the stack.
+        ``"sequential"``: one after another with
+        :func:`reliacal.training.fit_module`. The two draw the same
+        mini-batches, latent samples and splits; they differ by the rounding
+        of the batched products, which training can amplify over many epochs
+        until a member stops at another epoch. ``"batched"`` because the
+        members cost one forward and backward pass per step together
+        (``benchmarks/results/adaptive_ensemble_speed.md``). One member
+        always trains with :func:`reliacal.training.fit_module`.
     loss : "elbo" or callable, default="elbo"
         The training loss. ``"elbo"`` is the published one above. A callable
         ``loss(logits, y, sample_weight, variational) -> scalar tensor``
@@ -640,7 +428,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         :class:`~reliacal.training.TrainingDivergedError` leaves the estimator
         unfitted: the error's ``module`` is the diverging member's network
         with the last good weights, its ``members`` the members trained
-        before it.
+        before it (none when they train batched, all together).
     feature_mean_, feature_scale_ : ndarray of shape (D,)
         Standardisation of the features (scale 1 for constant features).
     feature_bounds_ : ndarray of shape (2, D)
@@ -712,6 +500,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         "initial_temperature": [StrOptions({"ts"}), None],
         "confidence_inputs": ["boolean"],
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
+        "member_training": [StrOptions({"batched", "sequential"})],
         "loss": [StrOptions({"elbo"}), callable],
         "random_state": TRAINING_CONSTRAINTS["random_state"],
         "n_threads": THREADS_CONSTRAINT,
@@ -733,6 +522,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         initial_temperature: str | None = "ts",
         confidence_inputs: bool = False,
         n_members: int = 1,
+        member_training: str = "batched",
         loss="elbo",
         random_state=None,
         batch_size: int = 128,
@@ -795,23 +585,28 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         )
         seed = self._fit_seed()
         self.sampling_seed_ = 0 if seed is None else seed
+        seeds = _member_seeds(seed, self.n_members)
         # Filled member by member; a divergence hands the members already trained to the error.
         self.members_ = []
         with self._divergence_policy():
-            for index, member_seed in enumerate(_member_seeds(seed, self.n_members)):
+            if self.n_members > 1 and self.member_training == "batched":
+                self._fit_stacked(data, logits, y_index, weights, seeds, hidden, temperature_hidden)
+                return
+            for index, member_seed in enumerate(seeds):
                 if self.verbose and self.n_members > 1:
                     print(f"AdaptiveTS: member {index + 1} of {self.n_members}", flush=True)
-                self._fit_member(
+                start = self._start_member(
                     data, logits, y_index, weights, member_seed, hidden, temperature_hidden
                 )
+                self._train_member(start, data)
 
-    def _fit_member(self, data, logits, y_index, weights, seed, hidden, temperature_hidden) -> None:
-        """Train one network on its own seeded split of ``data``; append it to ``members_``."""
+    def _start_member(
+        self, data, logits, y_index, weights, seed, hidden, temperature_hidden
+    ) -> _MemberStart:
+        """One member before training: its seeded split, network and starting temperature."""
         # The split is made here, not by the trainer, so that the global temperature is
         # fitted on the training part alone and scored on the same validation part.
         train_rows, validation_rows = self._split(len(data), seed)
-        train_data = Subset(data, train_rows.tolist())
-        validation_data = Subset(data, validation_rows.tolist()) if len(validation_rows) else None
         with seeded_torch(seed):
             network = _AdaptiveTemperatureNetwork(
                 data.features.shape[1],
@@ -831,10 +626,14 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             network.set_confidence_reference(
                 data.logits[train_rows], 1.0 if global_ts is None else global_ts.temperature_
             )
-        initial_temperature = None if global_ts is None else global_ts.temperature_
+        return _MemberStart(
+            network, train_rows, validation_rows, global_ts, seed, logits, y_index, weights
+        )
+
+    def _member_config(self, seed):
         # The published optimiser: Adam (AdamW with weight_decay=0), constant rate, no
         # clipping; float32 throughout; the epoch of lowest validation NLL is kept.
-        config = training_config(
+        return training_config(
             self,
             (
                 "max_epochs",
@@ -854,13 +653,21 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             selection_metric="nll",
             random_state=seed,
         )
+
+    def _train_member(self, start: _MemberStart, data) -> None:
+        """Train one member with the shared loop; append it to ``members_``."""
+        train_data = Subset(data, start.train_rows.tolist())
+        validation_data = (
+            Subset(data, start.validation_rows.tolist()) if len(start.validation_rows) else None
+        )
+        network = start.network
         try:
             with self._threads(network, int(self.batch_size)):
                 result = fit_module(
                     network,
                     _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
                     train_data,
-                    config=config,
+                    config=self._member_config(start.seed),
                     validation_data=validation_data,
                     logits_fn=_output_logits,
                     chance_advice=_CHANCE_ADVICE,
@@ -874,14 +681,52 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             )
             diverged.module, diverged.members = network, list(self.members_)
             raise diverged from error
+        self._finish_member(start, result)
+
+    def _fit_stacked(self, data, logits, y_index, weights, seeds, hidden, temperature_hidden):
+        """Train every member at once as one stacked network (``member_training="batched"``)."""
+        starts = [
+            self._start_member(data, logits, y_index, weights, seed, hidden, temperature_hidden)
+            for seed in seeds
+        ]
+        if self.verbose:
+            print(f"AdaptiveTS: {self.n_members} members trained together", flush=True)
+        try:
+            results = fit_stacked(
+                [start.network for start in starts],
+                data,
+                [(start.train_rows, start.validation_rows) for start in starts],
+                seeds,
+                config=self._member_config(None),
+                loss_fn=stacked_elbo if self.loss == "elbo" else stacked_loss_from_terms(self.loss),
+                chance_advice=_CHANCE_ADVICE,
+                threads=self._threads,
+            )
+        except TrainingDivergedError as error:
+            index = getattr(error, "member_index", 0)
+            diverged = TrainingDivergedError(
+                f"AdaptiveTS member {index + 1} of {self.n_members} (trained together with the "
+                f"others): {error} The error's module is that network with the last good "
+                "weights; no member finished, so its members are empty; the estimator is left "
+                "unfitted."
+            )
+            diverged.module, diverged.members = error.module, []
+            raise diverged from error
+        for start, result in zip(starts, results):
+            self._finish_member(start, result)
+
+    def _finish_member(self, start: _MemberStart, result) -> None:
+        """The fallback to the single temperature, then the member appended to ``members_``."""
+        network, global_ts = start.network, start.global_ts
+        logits, y_index, weights = start.logits, start.y_index, start.weights
         fell_back = False
-        if global_ts is not None and validation_data is not None:
+        if global_ts is not None and len(start.validation_rows):
             # The starting point (one temperature) is a candidate of the selection too:
             # when no epoch beat its validation NLL, the per-sample part is dropped.
-            validation_logits = logits[validation_rows]
+            validation_logits = logits[start.validation_rows]
             global_nll = F.cross_entropy(
                 torch.as_tensor(global_ts.decision_function(validation_logits)),
-                torch.as_tensor(y_index[validation_rows]),
+                torch.as_tensor(y_index[start.validation_rows]),
             ).item()
             if not global_nll > result.best_score:
                 # The choice is made; the single temperature now uses every row.
@@ -891,9 +736,10 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                 network.start_at(refitted.temperature_)
                 fell_back = True
         best_epoch = result.best_epoch if result.best_epoch else len(result.history)
+        initial_temperature = None if global_ts is None else global_ts.temperature_
         self.members_.append(
             AdaptiveTSMember(
-                network, result.history, best_epoch, initial_temperature, fell_back, seed
+                network, result.history, best_epoch, initial_temperature, fell_back, start.seed
             )
         )
 

@@ -32,7 +32,8 @@ from reliacal.training._fit import (
     TrainingResult,
     fit_module,
 )
-from reliacal.training._randomness import draw_shared_seed, loop_split
+from reliacal.training._randomness import draw_shared_seed, loop_generator_seeds, loop_split
+from reliacal.training._selection import chance_accuracy, improves, warn_if_never_above_chance
 
 __all__ = [
     "CheckpointError",
@@ -44,13 +45,17 @@ __all__ = [
     "TrainingConfig",
     "TrainingDivergedError",
     "TrainingResult",
+    "chance_accuracy",
     "draw_shared_seed",
     "fingerprint",
     "fit_module",
+    "improves",
+    "loop_generator_seeds",
     "loop_split",
     "resumable_seed",
     "seeded_torch",
     "thread_count",
     "torch_threads",
     "training_config",
+    "warn_if_never_above_chance",
 ]

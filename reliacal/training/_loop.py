@@ -62,7 +62,11 @@ from reliacal.training._checkpoint import (
 from reliacal.training._evaluation import as_input, batch_length, evaluate
 from reliacal.training._guard import LastGoodWeights
 from reliacal.training._optim import Precision, make_optimizer, make_scheduler
-from reliacal.training._randomness import draw_shared_seed, loop_split, seed_streams
+from reliacal.training._randomness import (
+    draw_shared_seed,
+    loop_generator_seeds,
+    loop_split,
+)
 from reliacal.training._results import TrainingDivergedError, TrainingResult
 from reliacal.training._selection import improves, warn_if_never_above_chance
 from reliacal.training._state import (
@@ -187,7 +191,7 @@ class Run:
             self.seed = int(self.checkpoint["seed"])
         else:
             self.seed = self._shared_seed()
-        _, self.shuffle_seed, self._host_stream = seed_streams(self.seed)
+        self.shuffle_seed = loop_generator_seeds(self.seed)[0]
 
     def _split(self, train_data, validation_data):
         """``(train, validation)``: the given validation data, else a seeded hold-out."""
@@ -239,11 +243,7 @@ class Run:
     def _derive_host_seed(self) -> None:
         """The seed of this process's Python, NumPy and torch generators (None: unseeded)."""
         if self.config.random_state is not None:
-            # Different dropout masks on each process, the same run after run.
-            rank_seed = int(
-                np.random.SeedSequence([int(self._host_stream), self.rank]).generate_state(1)[0]
-            )
-            self.host_seed: int | None = rank_seed
+            self.host_seed: int | None = loop_generator_seeds(self.seed, self.rank)[1]
         else:
             self.host_seed = None
 

@@ -17,7 +17,13 @@ import torch.distributed as dist
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
-__all__ = ["broadcast_seed", "draw_shared_seed", "loop_split", "split_indices"]
+__all__ = [
+    "broadcast_seed",
+    "draw_shared_seed",
+    "loop_generator_seeds",
+    "loop_split",
+    "split_indices",
+]
 
 SplitStream = Literal["torch", "numpy", "stratified"]
 
@@ -118,6 +124,25 @@ def loop_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     """
     split_seed, _, _ = seed_streams(seed)
     return split_indices(n, fraction, split_seed, stream="torch")
+
+
+def loop_generator_seeds(seed: int, rank: int = 0) -> tuple[int, int]:
+    """The shuffling seed and process ``rank``'s host seed of a run with seed ``seed``.
+
+    :func:`reliacal.training.fit_module` shuffles epoch ``e`` (from 0) with
+    ``torch.randperm`` under a generator seeded ``shuffle + e`` (a
+    ``DistributedSampler``'s order) and seeds Python, NumPy and torch with
+    the host seed (dropout, latent samples); a trainer that must draw what
+    the loop draws, without running it, takes both here.
+
+    >>> shuffle, host = loop_generator_seeds(0)
+    >>> (shuffle, host) == loop_generator_seeds(0) and host != loop_generator_seeds(0, rank=1)[1]
+    True
+    """
+    _, shuffle_seed, host_stream = seed_streams(seed)
+    # Mixed with the rank: different dropout masks on each process, the same run after run.
+    host_seed = int(np.random.SeedSequence([int(host_stream), int(rank)]).generate_state(1)[0])
+    return int(shuffle_seed), host_seed
 
 
 def draw_shared_seed(device: torch.device | None = None) -> int:

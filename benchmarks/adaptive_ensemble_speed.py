@@ -1,0 +1,146 @@
+"""Fit time of an AdaptiveTS ensemble trained batched against one by one, on the CIFAR records.
+
+On each record and split (5,000 calibration rows, the rest the test part, the
+splits of ``posthoc_quality.py``), ``AdaptiveTS(confidence_inputs=True)`` is
+fitted three ways with ``random_state`` = the split's seed: one member, five
+members stacked into one network (``member_training="batched"``, the
+default) and five members one after another (``"sequential"``). Reported:
+the CPU seconds of each fit (this process, one thread: on a shared machine
+the wall clock also counts other jobs), their ratios, the epochs each member
+ran, the test ECE / NLL of each, and how far the batched ensemble's
+temperatures are from the sequential one's (the same members up to
+rounding).
+
+Usage::
+
+    .venv/bin/python benchmarks/adaptive_ensemble_speed.py [--seeds 0] [--records ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import _common
+import numpy as np
+from _posthoc_data import DATA_DIR, RECORDS, log_probabilities, random_splits
+
+from reliacal.calibrators import AdaptiveTS
+from reliacal.metrics import expected_calibration_error, negative_log_likelihood
+
+N_MEMBERS = 5
+FITS = {
+    "1 member": {"n_members": 1},
+    f"{N_MEMBERS} batched": {"n_members": N_MEMBERS, "member_training": "batched"},
+    f"{N_MEMBERS} sequential": {"n_members": N_MEMBERS, "member_training": "sequential"},
+}
+
+
+def fit_all(logits, y, calibration, test, seed, log):
+    """CPU seconds, epochs, test ECE % / NLL and test temperatures of each of FITS."""
+    rows = {}
+    for name, params in FITS.items():
+        start = time.process_time()
+        model = AdaptiveTS(confidence_inputs=True, random_state=seed, **params)
+        model.fit(logits[calibration], y[calibration])
+        seconds = time.process_time() - start
+        probabilities = model.predict_proba(logits[test])
+        rows[name] = {
+            "seconds": seconds,
+            "epochs": [len(member.history) for member in model.members_],
+            "ece": 100 * expected_calibration_error(y[test], probabilities),
+            "nll": negative_log_likelihood(y[test], probabilities),
+            "temperature": model.temperature(logits[test]),
+        }
+        log(
+            f"  {name:14s} {seconds:7.2f} CPU s  epochs {rows[name]['epochs']}  "
+            f"ECE {rows[name]['ece']:.3f}%  NLL {rows[name]['nll']:.4f}"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="split seeds")
+    parser.add_argument("--records", nargs="*", default=list(RECORDS), help="CIFAR records")
+    _common.add_output_argument(parser, "adaptive_ensemble_speed.md")
+    args = parser.parse_args(argv)
+    _common.limit_threads(1)
+    load_before = _common.load_average()
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    one, batched, sequential = FITS
+    table = [
+        f"| record | split | CPU s: {one} | {batched} | {sequential} | {batched} / {one} "
+        f"| {batched} / {sequential} | epochs: {one} | {batched} (= {sequential}) "
+        f"| ECE %: {one} / {batched} / {sequential} | NLL: {one} / {batched} / {sequential} "
+        "| max relative T gap, batched vs sequential |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: |",
+    ]
+    ratios = []
+    todo = [(record, seed) for record in args.records for seed in args.seeds]
+    done: set = set()
+    for record in args.records:
+        with np.load(DATA_DIR / f"{record}.npz") as data:
+            logits = log_probabilities(data["predictions"])
+            y = data["ground_truth"].astype(np.int64)
+        for seed, (calibration, test) in random_splits(len(y), args.seeds).items():
+            log(f"{record}, split {seed}")
+            rows = fit_all(logits, y, calibration, test, seed, log)
+            gap = np.abs(rows[batched]["temperature"] / rows[sequential]["temperature"] - 1).max()
+            ratios.append(
+                (
+                    rows[batched]["seconds"] / rows[one]["seconds"],
+                    rows[batched]["seconds"] / rows[sequential]["seconds"],
+                )
+            )
+            same_epochs = rows[batched]["epochs"] == rows[sequential]["epochs"]
+            table.append(
+                f"| {record} | {seed} | {rows[one]['seconds']:.1f} | {rows[batched]['seconds']:.1f} "
+                f"| {rows[sequential]['seconds']:.1f} | {ratios[-1][0]:.2f} | {ratios[-1][1]:.2f} "
+                f"| {rows[one]['epochs'][0]} | {rows[batched]['epochs']}"
+                + ("" if same_epochs else f" (sequential {rows[sequential]['epochs']})")
+                + " | "
+                + " / ".join(f"{rows[name]['ece']:.3f}" for name in FITS)
+                + " | "
+                + " / ".join(f"{rows[name]['nll']:.4f}" for name in FITS)
+                + f" | {gap:.1e} |"
+            )
+            done.add((record, seed))
+            pending = [f"{name} split {s}" for name, s in todo if (name, s) not in done]
+            write_report(argv, load_before, table, ratios, pending, args.output)
+    return 0
+
+
+def write_report(argv, load_before, table, ratios, pending, output) -> None:
+    """The results so far: rewritten after every split, so a stopped run keeps its rows."""
+    to_one, to_sequential = np.array(ratios).T
+    report = [
+        *_common.header(
+            "AdaptiveTS ensemble: batched against one-by-one training",
+            __file__,
+            argv,
+            details="CPU seconds of this process on one torch / BLAS thread.",
+            load_before=load_before,
+        ),
+        f"`AdaptiveTS(confidence_inputs=True, random_state=seed)` with {', '.join(FITS)}; "
+        "5,000 calibration rows per split (`posthoc_quality.py`'s splits), test on the rest. "
+        "A member stops early on its own validation NLL (`n_iter_no_change=10`), so the batched "
+        "fit lasts as long as its slowest member, at the cost of the members still training.",
+        "",
+        *table,
+        "",
+        f"Batched {N_MEMBERS} members: {to_one.min():.2f}-{to_one.max():.2f}x the fit time of one "
+        f"member, {1 / to_sequential.max():.1f}-{1 / to_sequential.min():.1f}x faster than one "
+        "by one.",
+        "",
+    ]
+    if pending:
+        report += [f"Not measured (the run stopped before them): {', '.join(pending)}.", ""]
+    _common.write_results("\n".join(report), output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
