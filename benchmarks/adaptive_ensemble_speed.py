@@ -133,8 +133,8 @@ def write_report(argv, load_before, table, ratios, pending, output) -> None:
         *table,
         "",
         f"Batched {N_MEMBERS} members: {to_one.min():.2f}-{to_one.max():.2f}x the fit time of one "
-        f"member, {1 / to_sequential.max():.1f}-{1 / to_sequential.min():.1f}x faster than one "
-        "by one.",
+        f"member, {to_sequential.min():.2f}-{to_sequential.max():.2f}x the time of training them "
+        "one by one.",
         "",
     ]
     if pending:
