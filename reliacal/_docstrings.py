@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-__all__ = ["LABEL_KEY_DOC", "fill_doc", "shared_doc"]
+__all__ = ["LABEL_KEY_DOC", "N_THREADS_DOC", "fill_doc", "shared_doc"]
 
 #: The ``label_key`` parameter of every estimator that reads Hugging Face batches
 #: (the calibrators in backbone mode and the fine-tuning estimators).
@@ -31,6 +31,17 @@ label_key : str, default="labels"
     style mappings (``{"input_ids", "attention_mask", "labels"}``,
     ``{"pixel_values", "labels"}``); the other entries go to the model.
     ``"label"`` suits a ``datasets`` column read with the default collation."""
+
+#: The ``n_threads`` parameter of every estimator that trains a network.
+N_THREADS_DOC = """\
+n_threads : int or None, default=None
+    Number of CPU threads torch uses while the estimator fits and
+    predicts (as scikit-learn's ``n_jobs``); the caller's setting is
+    restored afterwards. ``None``: one thread for a small network
+    (parameters times rows per batch below
+    :data:`reliacal.training.SMALL_WORK`), whose matrix products more
+    threads barely speed up and threads waiting on a busy machine slow
+    down many times over; torch's own setting for a larger one."""
 
 _Documented = TypeVar("_Documented")
 

@@ -25,7 +25,7 @@ for each of its parameters.
 
 from __future__ import annotations
 
-from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
+from reliacal._docstrings import LABEL_KEY_DOC, N_THREADS_DOC, fill_doc
 
 __all__ = [
     "BASE_ATTRIBUTES_DOC",
@@ -80,5 +80,6 @@ def with_base_parameters_doc(docstring: str | None) -> str | None:
         input : {"logits", "probs"}, default="logits"
     """
     fragments = {"base_parameters": BASE_PARAMETERS_DOC, "base_attributes": BASE_ATTRIBUTES_DOC}
-    # The label_key paragraph is shared with the fine-tuning estimators.
-    return fill_doc(fill_doc(docstring, fragments), {"label_key": LABEL_KEY_DOC})
+    # The label_key and n_threads paragraphs are shared with the fine-tuning estimators.
+    shared = {"label_key": LABEL_KEY_DOC, "n_threads": N_THREADS_DOC}
+    return fill_doc(fill_doc(docstring, fragments), shared)

@@ -402,14 +402,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
     verbose : int or bool, default=0
         1: progress bars over the epochs and the batches of each (and the
         backbone pass); 2: also each epoch's scores as a line.
-    n_threads : int or None, default=None
-        Number of CPU threads torch uses while the estimator fits and
-        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
-        restored afterwards. ``None``: one thread for a small network
-        (parameters times rows per batch below
-        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
-        threads barely speed up and threads waiting on a busy machine slow
-        down many times over; torch's own setting for a larger one.
+    {n_threads}
     {label_key}
 
     Attributes

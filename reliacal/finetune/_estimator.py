@@ -32,7 +32,7 @@ from reliacal._data import (
     split_batch,
 )
 from reliacal._device import resolve_device, to_device
-from reliacal._docstrings import LABEL_KEY_DOC, fill_doc
+from reliacal._docstrings import LABEL_KEY_DOC, N_THREADS_DOC, fill_doc
 from reliacal._init_arguments import spell_out_init_signature, store_init_arguments
 from reliacal.calibrators import BackboneSaveMixin, ClassLabelMixin
 from reliacal.training import (
@@ -97,7 +97,9 @@ class FinetuneEstimator(
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         spell_out_init_signature(cls, FinetuneEstimator.__init__)
-        cls.__doc__ = fill_doc(cls.__doc__, {"label_key": LABEL_KEY_DOC})
+        cls.__doc__ = fill_doc(
+            cls.__doc__, {"label_key": LABEL_KEY_DOC, "n_threads": N_THREADS_DOC}
+        )
 
     # A checkpoint folder of this machine: never saved, refused in a file (reliacal.load).
     _machine_local_parameters = ("checkpoint_dir",)

@@ -184,14 +184,7 @@ class CalAttnFinetuner(FinetuneEstimator):
         The label of each logit column, in column order. ``None``: the labels
         are the column indices ``0..K-1``, and any other label (a string, an
         integer out of range) is refused: name the columns with ``classes``.
-    n_threads : int or None, default=None
-        Number of CPU threads torch uses while the estimator fits and
-        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
-        restored afterwards. ``None``: one thread for a small network
-        (parameters times rows per batch below
-        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
-        threads barely speed up and threads waiting on a busy machine slow
-        down many times over; torch's own setting for a larger one.
+    {n_threads}
     {label_key}
 
     Attributes

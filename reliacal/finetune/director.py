@@ -255,14 +255,7 @@ class DiffusionReconfigurer(FinetuneEstimator):
         Labels of the teacher's K output columns, in column order; None means
         the labels are the column indices ``0..K-1``. A ``Dataset`` or
         ``DataLoader`` must yield column indices (``classes`` then names them).
-    n_threads : int or None, default=None
-        Number of CPU threads torch uses while the estimator fits and
-        predicts (as scikit-learn's ``n_jobs``); the caller's setting is
-        restored afterwards. ``None``: one thread for a small network
-        (parameters times rows per batch below
-        :data:`reliacal.training.SMALL_WORK`), whose matrix products more
-        threads barely speed up and threads waiting on a busy machine slow
-        down many times over; torch's own setting for a larger one.
+    {n_threads}
     {label_key}
 
     Attributes
