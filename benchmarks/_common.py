@@ -180,6 +180,27 @@ def write_results(text: str, output: Path | None) -> None:
 # Tiny models -----------------------------------------------------------------------------
 
 
+def tabular_classifiers() -> dict:
+    """The four scikit-learn classifiers of the tabular benchmarks, sized to run in minutes."""
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return {
+        "gradient boosting": HistGradientBoostingClassifier(max_iter=50, random_state=0),
+        "random forest": RandomForestClassifier(n_estimators=50, random_state=0),
+        "logistic regression": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
+        "MLP": make_pipeline(
+            StandardScaler(),
+            MLPClassifier(
+                hidden_layer_sizes=(32,), max_iter=200, early_stopping=True, random_state=0
+            ),
+        ),
+    }
+
+
 def train_digits_vit(X, y, seed: int, *, quick: bool = False):
     """The demo's tiny ViT (:func:`reliacal.datasets.make_tiny_vit`) trained on ``(X, y)``
     with the demo's recipe and ``seed`` for everything; returns it and the seconds taken.

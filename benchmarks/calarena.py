@@ -55,18 +55,13 @@ import argparse
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 import _common
 import numpy as np
+from _posthoc_data import CALIBRATION_SIZE, DATA_DIR, DIGITS_CALIBRATION_SIZE, RECORDS
 from sklearn.datasets import load_breast_cancer, make_classification
-from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
-from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
-from sklearn.neural_network import MLPClassifier
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from reliacal.calibrators import (
     AutoCalibrator,
@@ -88,15 +83,6 @@ from reliacal.calibrators import (
 )
 from reliacal.metrics import brier_score, expected_calibration_error, negative_log_likelihood
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
-RECORDS = (
-    "lenet-5-cifar-10",
-    "wideresnet-16-4-cifar-10",
-    "lenet-5-cifar-100",
-    "wideresnet-16-4-cifar-100",
-)
-CALIBRATION_SIZE = 5000
-DIGITS_CALIBRATION_SIZE = 360
 MINILM_CALIBRATION_SIZE = 1500
 # Unregularised matrix scaling (ours and probmetrics') is left out above this many classes:
 # 10,100 parameters on 5,000 rows overfit and take minutes per fit.
@@ -381,21 +367,6 @@ def minilm_problem(seeds, log) -> Problem | None:
     return Problem(_normalised(probabilities), labels, splits, "text")
 
 
-def classifiers() -> dict:
-    """tabular.py's four classifiers, sized the same."""
-    return {
-        "gradient boosting": HistGradientBoostingClassifier(max_iter=50, random_state=0),
-        "random forest": RandomForestClassifier(n_estimators=50, random_state=0),
-        "logistic regression": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
-        "MLP": make_pipeline(
-            StandardScaler(),
-            MLPClassifier(
-                hidden_layer_sizes=(32,), max_iter=200, early_stopping=True, random_state=0
-            ),
-        ),
-    }
-
-
 def tabular_problems(seeds, quick: bool) -> dict[str, Problem]:
     data = {"breast_cancer": load_breast_cancer(return_X_y=True)}
     if not quick:
@@ -408,7 +379,7 @@ def tabular_problems(seeds, quick: bool) -> dict[str, Problem]:
             class_sep=0.8,
             random_state=0,
         )
-    models = classifiers()
+    models = _common.tabular_classifiers()
     if quick:
         models = {"logistic regression": models["logistic regression"]}
     problems = {}

@@ -38,12 +38,7 @@ import _common
 import numpy as np
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import load_breast_cancer, load_digits, load_wine, make_classification
-from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
-from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, train_test_split
-from sklearn.neural_network import MLPClassifier
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from reliacal import CalibratedClassifier
 from reliacal.calibrators import AutoCalibrator
@@ -69,21 +64,6 @@ def datasets(n_synthetic: int) -> dict:
         "wine": load_wine(return_X_y=True),
         "digits": load_digits(return_X_y=True),
         f"synthetic_{n_synthetic}": synthetic,
-    }
-
-
-def classifiers() -> dict:
-    return {
-        # Sizes kept small so that the default run stays within a few minutes.
-        "gradient boosting": HistGradientBoostingClassifier(max_iter=50, random_state=0),
-        "random forest": RandomForestClassifier(n_estimators=50, random_state=0),
-        "logistic regression": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
-        "MLP": make_pipeline(
-            StandardScaler(),
-            MLPClassifier(
-                hidden_layer_sizes=(32,), max_iter=200, early_stopping=True, random_state=0
-            ),
-        ),
     }
 
 
@@ -229,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         X_train, X_test, y_train, y_test = train_test_split(
             X, y, test_size=0.3, stratify=y, random_state=0
         )
-        for model_name, estimator in classifiers().items():
+        for model_name, estimator in _common.tabular_classifiers().items():
             if args.classifiers and model_name not in args.classifiers:
                 continue
             log(f"{data_name} / {model_name}")
