@@ -219,6 +219,14 @@ class OneVsRestCalibrator(ClassicCalibrator):
         """Maps fitted: one per class, or one for a binary problem."""
         return 1 if len(self.classes_) == 2 else len(self.classes_)
 
+    def _check_loaded_coefficients(self, *coef_tail: int) -> None:
+        """Check the maps' coefficients read from a file: ``coef_`` of shape
+        ``(n_maps, *coef_tail)`` and ``intercept_`` of shape ``(n_maps,)``, finite."""
+        from reliacal.persistence import check_loaded_array
+
+        check_loaded_array(self, "coef_", (self._n_maps(), *coef_tail))
+        check_loaded_array(self, "intercept_", (self._n_maps(),))
+
     def _check_loaded_lookups(self, points: str, values: str, n_values) -> None:
         """Check the lookup tables read from a file: one sorted, finite table per map.
 

@@ -133,7 +133,4 @@ class PlattScaling(OneVsRestCalibrator):
     def _check_loaded_state(self) -> None:
         super()._check_loaded_state()
         if hasattr(self, "classes_"):
-            from reliacal.persistence import check_loaded_array
-
-            check_loaded_array(self, "coef_", (self._n_maps(),))
-            check_loaded_array(self, "intercept_", (self._n_maps(),))
+            self._check_loaded_coefficients()

@@ -137,10 +137,7 @@ class QuadraticScaling(OneVsRestCalibrator):
     def _check_loaded_state(self) -> None:
         super()._check_loaded_state()
         if hasattr(self, "classes_"):
-            from reliacal.persistence import check_loaded_array
-
-            check_loaded_array(self, "coef_", (self._n_maps(), 2))
-            check_loaded_array(self, "intercept_", (self._n_maps(),))
+            self._check_loaded_coefficients(2)
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_[:, 0] + scores**2 * self.coef_[:, 1] + self.intercept_)
