@@ -922,7 +922,7 @@ def write_stand_in(folder: Path, seed: int = 0, n_train: int = 120, n_test: int 
             target.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(target / f"{i}.png")
     noise = rng.integers(0, 256, (n_test, STAND_IN_SIZE, STAND_IN_SIZE, 3), dtype=np.uint8)
-    (folder / "ood" / "noise").mkdir(parents=True)
+    (folder / "ood" / "noise").mkdir(parents=True, exist_ok=True)
     for i, image in enumerate(noise):
         Image.fromarray(image).save(folder / "ood" / "noise" / f"{i}.png")
     test, labels = images(n_test)
@@ -1036,7 +1036,16 @@ def main(argv=None) -> int:
 
     with contextlib.ExitStack() as stack:
         if args.stand_in:
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="paper_scale_")))
+            # Beside the checkpoints when there are any: a rerun must find the same image
+            # files (the checkpoints record the data they were written for), not a new
+            # temporary folder of them.
+            if args.checkpoint_dir is not None:
+                folder = Path(args.checkpoint_dir) / "stand-in-data"
+                folder.mkdir(parents=True, exist_ok=True)
+            else:
+                folder = Path(
+                    stack.enter_context(tempfile.TemporaryDirectory(prefix="paper_scale_"))
+                )
             args.data_dir = write_stand_in(folder)
             args.ood_folder = folder / "ood"
             args.dataset = "imagefolder"

@@ -264,7 +264,7 @@ def test_loss_refuses_bad_settings(kwargs, message):
 
 def test_loss_refuses_labels_out_of_range():
     out = rnn.CalAttnOutput(torch.zeros(2, 3), torch.ones(2), torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=r"class indices in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"column indices 0\.\.2 .*such as \[0, 3\]"):
         rnn.CalAttnLoss(3)(out, torch.tensor([0, 3]))
 
 

@@ -54,11 +54,12 @@ def test_stand_in_runs_both_protocols_end_to_end(paper_scale, tmp_path, one_torc
     text = output.read_text()
     assert f"`python benchmarks/paper_scale.py {' '.join(argv)} --output {output}`" in text
     assert "STAND-IN" in text and text.count("Deviations from the authors' code") == 2
-    # One folder per fit: what a rerun resumes from.
+    # One folder per fit, what a rerun resumes from, and the stand-in's images it reads again.
     assert sorted(p.name for p in checkpoints.iterdir()) == [
         "calattn",
         "director",
         "plain",
+        "stand-in-data",
         "teacher",
     ]
     calattn = table_rows(text, "plain fine-tuning") | table_rows(text, "CalAttn")
