@@ -218,3 +218,18 @@ def test_readme_demo_claims_agree_with_its_table():
         for column, printed in (("ECE", ece), ("NLL", nll)):
             difference = table[name][column] - table[reference][column]
             assert float(printed) == pytest.approx(difference, abs=1.5e-4)
+
+
+def test_benchmark_headlines_are_the_numbers_of_their_results_files():
+    """Each decimal number of a Benchmarks bullet stands in a results file the bullet links."""
+    section = README.read_text().split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    bullets = re.findall(r"^- \*\*.*?(?=^- \*\*|\Z)", section, flags=re.MULTILINE | re.DOTALL)
+    assert len(bullets) >= 6
+    for bullet in bullets:
+        linked = re.findall(r"\]\((benchmarks/results/[\w./-]+\.md)\)", bullet)
+        assert linked, bullet
+        sources = "".join((README.parent / path).read_text() for path in linked)
+        # Each number stands whole there (2.8 is not found inside 12.84).
+        for number in re.findall(r"(?<![\w.])\d+\.\d+(?![\d.])", bullet):
+            pattern = rf"(?<![\d.]){re.escape(number)}(?![\d])"
+            assert re.search(pattern, sources), (number, linked)
