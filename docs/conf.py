@@ -176,6 +176,9 @@ nitpick_ignore_regex = [
     # A builtin generic in a postponed annotation (``list[dict[str, Any]]``), which
     # autodoc splits at its first comma.
     (r"py:class", r"(?:list|dict|tuple|set)\[.*"),
+    # The opaque pass object that CalibrationState.refinement() hands to refine(): its
+    # methods are the streaming code's, not a user's, so it has no page.
+    (r"py:class", r"reliacal\.metrics\._refinement\.Refinement|Refinement"),
 ]
 
 

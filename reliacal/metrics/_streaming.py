@@ -70,6 +70,7 @@ class CalibrationState:
     to the rounding of the grid positions: an absolute difference below ``1e-11``
     (the grids have at most 5,121 points, whose positions carry a relative error
     of ``2**-52``), unless the bandwidth search meets a tie within that margin.
+
     Parameters
     ----------
     n_bins : int, default=15
@@ -90,6 +91,8 @@ class CalibrationState:
     n_classes : int or None
         Number of columns (2 for 1-D binary input); None before the first update.
 
+    Notes
+    -----
     Every batch must have the columns of the first: the same number of classes, and
     for a binary problem the same form, 1-D positive-class probabilities or two
     columns (their Brier scores differ by a factor of 2, see :func:`brier_score`).

@@ -128,7 +128,7 @@ def warn_if_never_above_chance(
 ) -> None:
     """Warn when no epoch of ``history`` has a validation accuracy above ``chance``.
 
-    ``advice`` ends the message (:data:`DEFAULT_CHANCE_ADVICE` when None); the
+    ``advice`` ends the message (``DEFAULT_CHANCE_ADVICE`` when None); the
     warning names the first caller outside reliacal (its ``fit`` line).
     """
     if chance is None or not history:
