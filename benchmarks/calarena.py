@@ -334,6 +334,14 @@ def _stratified_splits(labels, n_calibration, seeds) -> list:
     ]
 
 
+def _logits_problem(logits, labels, n_calibration: int, seeds, kind: str) -> Problem:
+    """A network's logits as probabilities, split ``n_calibration`` / rest per seed, stratified."""
+    logits = np.asarray(logits, dtype=np.float64)
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    splits = _stratified_splits(labels, n_calibration, seeds)
+    return Problem(_normalised(probabilities), labels, splits, kind)
+
+
 def digits_problem(seeds, quick: bool, log) -> tuple[Problem, float]:
     """The demo's tiny ViT, trained once; its probabilities on the 810 held-out digits."""
     from reliacal.backbones import as_backbone, extract_outputs
@@ -346,10 +354,7 @@ def digits_problem(seeds, quick: bool, log) -> tuple[Problem, float]:
     held_out = np.concatenate([parts.X_calibration, parts.X_test])
     labels = np.concatenate([parts.y_calibration, parts.y_test])
     _, logits, _ = extract_outputs(as_backbone(model), held_out, device="cpu")
-    logits = np.asarray(logits, dtype=np.float64)
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    splits = _stratified_splits(labels, DIGITS_CALIBRATION_SIZE, seeds)
-    return Problem(_normalised(probabilities), labels, splits, "digits"), seconds
+    return _logits_problem(logits, labels, DIGITS_CALIBRATION_SIZE, seeds, "digits"), seconds
 
 
 def minilm_problem(seeds, log) -> Problem | None:
@@ -361,10 +366,8 @@ def minilm_problem(seeds, log) -> Problem | None:
         log("MiniLM nouns skipped: run text_wordnet.py --seed 0 first (it caches the model)")
         return None
     logits, labels = _wordnet_task.teacher_logits(0, budget)
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
     # Stratified: the rarest categories have 2 glosses here, one on each side.
-    splits = _stratified_splits(labels, MINILM_CALIBRATION_SIZE, seeds)
-    return Problem(_normalised(probabilities), labels, splits, "text")
+    return _logits_problem(logits, labels, MINILM_CALIBRATION_SIZE, seeds, "text")
 
 
 def tabular_problems(seeds, quick: bool) -> dict[str, Problem]:
