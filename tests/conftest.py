@@ -1,5 +1,5 @@
-"""Shared fixtures of the whole suite: the bundled CIFAR records, tiny transformers and the
-CUDA skip.
+"""Shared fixtures of the whole suite: the bundled CIFAR records, tiny transformers, the ONNX
+round trip and the CUDA skip.
 
 Tests take these as pytest fixtures (never ``from conftest import``); a test
 that needs a CUDA device is marked ``@pytest.mark.gpu`` and is skipped here
@@ -9,11 +9,13 @@ when none is present.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +313,32 @@ def _mixed_logits(seed, n=600, n_classes=4):
 def mixed_logits():
     """``mixed_logits(seed, n=600, n_classes=4) -> (logits, y)``: float64 logits, int labels."""
     return _mixed_logits
+
+
+def _onnx_outputs(module, example, inputs):
+    pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
+        torch.onnx.export(
+            module,
+            (example,),
+            buffer,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["probabilities"],
+            dynamic_axes={"x": {0: "n"}, "probabilities": {0: "n"}},
+        )
+    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": inputs})[0]
+
+
+@pytest.fixture
+def onnx_outputs():
+    """``onnx_outputs(module, example, inputs) -> ndarray``: ``module`` exported to ONNX.
+
+    Traced on the tensor ``example`` with a free batch axis, then run by onnxruntime on the
+    array ``inputs`` (the test is skipped when onnx or onnxruntime is missing).
+    """
+    return _onnx_outputs

@@ -7,7 +7,6 @@ own test module; this one checks what every one of them owes the estimator contr
 
 from __future__ import annotations
 
-import io
 import pickle
 import warnings
 
@@ -104,7 +103,7 @@ def test_torch_map_equals_predict_proba_and_traces(ranked, n_classes):
 
 
 @pytest.mark.parametrize("n_classes", [2, 4])
-def test_to_torch_scripts_and_exports_to_onnx(ranked, n_classes):
+def test_to_torch_scripts_and_exports_to_onnx(ranked, n_classes, onnx_outputs):
     torch = pytest.importorskip("torch")
     logits, y = _problem(7, n_classes=n_classes)
     model = ranked.fit(logits[:300], y[:300])
@@ -117,22 +116,7 @@ def test_to_torch_scripts_and_exports_to_onnx(ranked, n_classes):
     with torch.no_grad():
         np.testing.assert_allclose(module(test).numpy(), expected, rtol=0, atol=1e-12)
         np.testing.assert_allclose(scripted(test).numpy(), expected, rtol=0, atol=1e-12)
-    pytest.importorskip("onnx")
-    onnxruntime = pytest.importorskip("onnxruntime")
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
-        torch.onnx.export(
-            module,
-            (test[:8],),
-            buffer,
-            dynamo=False,
-            input_names=["x"],
-            output_names=["probabilities"],
-            dynamic_axes={"x": {0: "n"}, "probabilities": {0: "n"}},
-        )
-    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
-    onnx_out = session.run(None, {"x": logits[300:]})[0]
+    onnx_out = onnx_outputs(module, test[:8], logits[300:])
     np.testing.assert_allclose(onnx_out, expected, rtol=0, atol=1e-12)
 
 

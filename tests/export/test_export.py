@@ -9,7 +9,6 @@ stays free.
 
 from __future__ import annotations
 
-import io
 import warnings
 
 import numpy as np
@@ -59,26 +58,6 @@ def fitted(load_record, post_hoc_calibrator):
     return get
 
 
-def onnx_outputs(module: torch.nn.Module, example: torch.Tensor, inputs: np.ndarray):
-    """Export ``module`` to ONNX with a free batch axis and run it with onnxruntime."""
-    pytest.importorskip("onnx")
-    onnxruntime = pytest.importorskip("onnxruntime")
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
-        torch.onnx.export(
-            module,
-            (example,),
-            buffer,
-            dynamo=False,
-            input_names=["x"],
-            output_names=["probabilities"],
-            dynamic_axes={"x": {0: "n"}, "probabilities": {0: "n"}},
-        )
-    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": inputs})[0]
-
-
 def small_temperature_scaling() -> TemperatureScaling:
     """Fitted on 10 rows, 8 of them labelled by their larger logit (a finite optimum)."""
     logits = np.array([[0.0, 2.0], [2.0, 0.0]] * 5)
@@ -102,7 +81,9 @@ def traced(module: torch.nn.Module, example: torch.Tensor):
 # calibrator's module is scripted and exported on 2 and 4 classes in
 # tests/calibrators/test_ranked_calibrators.py.
 @pytest.mark.slow_post_hoc("dirichlet", "spline", "venn-abers-cross")
-def test_module_torchscript_and_onnx_equal_predict_proba(fitted, record_name, post_hoc_name):
+def test_module_torchscript_and_onnx_equal_predict_proba(
+    fitted, record_name, post_hoc_name, onnx_outputs
+):
     name = post_hoc_name
     calibrator, probs = fitted(record_name, name)
     expected = calibrator.predict_proba(probs)
@@ -170,7 +151,7 @@ def test_binning_lookup_takes_the_bin_of_each_score():
     np.testing.assert_allclose(out[:, 1], [0.2, 0.6, 0.6, 0.8, 0.8], atol=1e-12)
 
 
-def test_adaptive_with_features_members_and_confidence_inputs():
+def test_adaptive_with_features_members_and_confidence_inputs(onnx_outputs):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, size=400)
     logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(400, 3)))
@@ -202,7 +183,7 @@ def test_adaptive_with_features_members_and_confidence_inputs():
         calibrator.set_params(n_draws=4).to_torch()
 
 
-def test_attach_runs_model_then_calibrator_and_exports():
+def test_attach_runs_model_then_calibrator_and_exports(onnx_outputs):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
     model = model.double()
