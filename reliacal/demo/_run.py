@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reliacal._docstrings import shared_doc
 from reliacal.calibrators import calibration_methods, make_calibrator, tuned_scaling
 from reliacal.demo._report import ReportWriter, slug
 from reliacal.demo._summary import summary_block, summary_findings
@@ -585,7 +586,19 @@ SIGNIFICANCE_REFERENCES = ("Uncalibrated", "TemperatureScaling")
 #: Resamples of the paired bootstrap.
 N_BOOTSTRAPS = 1000
 
+# The examples' problem: 400 rows whose labels follow the logits divided by 3, so the
+# temperature-scaled probabilities ("TS") are calibrated and the raw ones are not.
+_EXAMPLE_DOCS = {
+    "toy_problem": """\
+>>> import numpy as np
+>>> from reliacal.metrics import softmax
+>>> rng = np.random.default_rng(0)
+>>> logits = 3.0 * rng.normal(size=(400, 3))
+>>> y = np.array([rng.choice(3, p=p) for p in softmax(logits / 3.0)])"""
+}
 
+
+@shared_doc(_EXAMPLE_DOCS)
 def paired_comparisons(
     y_true, probabilities: dict, random_state: int, n_bootstraps: int = N_BOOTSTRAPS
 ) -> dict[str, pd.DataFrame]:
@@ -597,11 +610,7 @@ def paired_comparisons(
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from reliacal.metrics import softmax
-    >>> rng = np.random.default_rng(0)
-    >>> logits = 3.0 * rng.normal(size=(400, 3))
-    >>> y = np.array([rng.choice(3, p=p) for p in softmax(logits / 3.0)])
+    {toy_problem}
     >>> compared = paired_comparisons(
     ...     y, {"Uncalibrated": softmax(logits), "TS": softmax(logits / 3.0)}, 0, 200
     ... )
@@ -622,6 +631,7 @@ def paired_comparisons(
     }
 
 
+@shared_doc(_EXAMPLE_DOCS)
 def significance_table(
     y_true, probabilities: dict, random_state: int, n_bootstraps: int = N_BOOTSTRAPS
 ):
@@ -634,11 +644,7 @@ def significance_table(
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from reliacal.metrics import softmax
-    >>> rng = np.random.default_rng(0)
-    >>> logits = 3.0 * rng.normal(size=(400, 3))
-    >>> y = np.array([rng.choice(3, p=p) for p in softmax(logits / 3.0)])
+    {toy_problem}
     >>> table = significance_table(
     ...     y, {"Uncalibrated": softmax(logits), "TS": softmax(logits / 3.0)}, 0, 200
     ... )
