@@ -329,11 +329,11 @@ def fit_module(
         loss_fn,
         train_data,
         config,
-        validation_data,
-        logits_fn,
-        train_transform,
-        chance_advice,
-        fingerprint,
+        validation_data=validation_data,
+        logits_fn=logits_fn,
+        transform=train_transform,
+        chance_advice=chance_advice,
+        start_fingerprint=fingerprint,
     )
     forked = torch.random.fork_rng(
         devices=[run.device] if run.device.type == "cuda" else [],
