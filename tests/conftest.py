@@ -1,5 +1,5 @@
 """Shared fixtures of the whole suite: the bundled CIFAR records, tiny transformers, the ONNX
-round trip and the CUDA skip.
+round trip, the oracles' L-BFGS minimiser and the CUDA skip.
 
 Tests take these as pytest fixtures (never ``from conftest import``); a test
 that needs a CUDA device is marked ``@pytest.mark.gpu`` and is skipped here
@@ -342,3 +342,29 @@ def onnx_outputs():
     array ``inputs`` (the test is skipped when onnx or onnxruntime is missing).
     """
     return _onnx_outputs
+
+
+def _lbfgs_minimum(objective, parameters, **tolerances):
+    optimizer = torch.optim.LBFGS(parameters, lr=1.0, line_search_fn="strong_wolfe", **tolerances)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = objective()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        return float(objective())
+
+
+@pytest.fixture
+def lbfgs_minimum():
+    """``lbfgs_minimum(objective, parameters, **tolerances) -> float``, for reference solvers.
+
+    Minimises the scalar tensor ``objective()`` over the tensors ``parameters`` (which
+    require grad, and end at the minimiser) by strong-Wolfe L-BFGS with unit step;
+    ``tolerances`` are ``torch.optim.LBFGS``'s (``max_iter``, ``tolerance_grad``, ...).
+    Returns ``objective()`` at the end.
+    """
+    return _lbfgs_minimum

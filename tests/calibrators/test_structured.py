@@ -21,7 +21,7 @@ from reliacal.calibrators import (
 from reliacal.metrics import nll_scorer
 
 
-def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
+def _reference(lbfgs_minimum, logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
     """The paper's objective written independently: T by a scalar search, the map by torch."""
     torch = pytest.importorskip("torch")
     n, n_classes = logits.shape
@@ -47,15 +47,6 @@ def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
     else:
         delta = torch.zeros((n_classes, n_classes), dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS(
-        [delta, bias],
-        lr=1.0,
-        max_iter=2000,
-        tolerance_grad=1e-11,
-        tolerance_change=1e-16,
-        history_size=50,
-        line_search_fn="strong_wolfe",
-    )
 
     def objective():
         if kind == "vector":
@@ -73,15 +64,8 @@ def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
             + weight_b * (bias**2).sum()
         )
 
-    def closure():
-        optimizer.zero_grad()
-        loss = objective()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    with torch.no_grad():
-        return float(objective()), temperature
+    tolerances = dict(max_iter=2000, tolerance_grad=1e-11, tolerance_change=1e-16, history_size=50)
+    return lbfgs_minimum(objective, [delta, bias], **tolerances), temperature
 
 
 @pytest.mark.parametrize(
@@ -93,12 +77,14 @@ def _reference(logits, y, kind, strengths=(1.0, 1.0, 1.0), rho=1.0, tau=1.0):
         (StructuredMatrixScaling(0.5, 2.0, 3.0, class_exponent=0.5), "matrix"),
     ],
 )
-def test_reaches_the_optimum_of_an_independent_autograd_objective(estimator, kind, mixed_logits):
+def test_reaches_the_optimum_of_an_independent_autograd_objective(
+    estimator, kind, mixed_logits, lbfgs_minimum
+):
     logits, y = mixed_logits(0)
     fitted = clone(estimator).fit(logits, y)
     strengths = (fitted.reg_bias, fitted.reg_diagonal, getattr(fitted, "reg_off_diagonal", 0.0))
     reference_loss, temperature = _reference(
-        logits, y, kind, strengths, fitted.class_exponent, fitted.sample_exponent
+        lbfgs_minimum, logits, y, kind, strengths, fitted.class_exponent, fitted.sample_exponent
     )
     assert fitted.temperature_ == pytest.approx(temperature, rel=1e-6)
     features = fitted._preprocess(logits)
