@@ -359,3 +359,23 @@ def fitted_director(data, budget, seed, **options) -> tuple[DiffusionReconfigure
     director = DiffusionReconfigurer(teacher, **{**settings, **options})
     _, fit_s = timed(director.fit, loader(data, "train", budget.batch_size))
     return director, fit_s, cached
+
+
+def point_folder(point_dir: Path, output: Path, quick: bool) -> tuple[Path, Path]:
+    """The folder of a script's saved points and its table, made if missing; a smoke run
+    (``quick``) keeps both apart from the real ones, in ``point_dir / "quick"``."""
+    if quick:
+        point_dir = point_dir / "quick"
+        output = point_dir / "quick.md"
+    point_dir.mkdir(parents=True, exist_ok=True)
+    return point_dir, output
+
+
+def minutes_log():
+    """A ``log(message)`` that prints ``message`` after the minutes since this call."""
+    start = time.perf_counter()
+
+    def log(message):
+        print(f"[{(time.perf_counter() - start) / 60:6.1f} min] {message}", flush=True)
+
+    return log

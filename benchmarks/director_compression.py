@@ -59,8 +59,10 @@ from _wordnet_task import (
     fitted_director,
     fitted_transformer,
     loader,
+    minutes_log,
     n_paths_kwargs,
     ood_aurocs,
+    point_folder,
     quality,
     teacher_path,
     timed,
@@ -439,14 +441,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     budget = QUICK if args.quick else Budget()
-    point_dir = POINT_DIR / "quick" if args.quick else POINT_DIR
-    output = point_dir / "quick.md" if args.quick else OUTPUT
-    point_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-
-    def log(message):
-        print(f"[{(time.perf_counter() - start) / 60:6.1f} min] {message}", flush=True)
-
+    point_dir, output = point_folder(POINT_DIR, OUTPUT, args.quick)
+    log = minutes_log()
     if not args.merge:
         work(args.seeds, args.recipes, budget, point_dir, args.wordnet_dir, log)
     write_table(point_dir, output, args.quick, budget)

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import _common
 import numpy as np
@@ -66,7 +65,9 @@ from _wordnet_task import (
     fitted_director,
     length_order,
     loader,
+    minutes_log,
     ood_aurocs,
+    point_folder,
     quality,
 )
 
@@ -214,15 +215,8 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    # A smoke run keeps its points and table apart from the real ones.
-    point_dir = POINT_DIR / "quick" if args.quick else POINT_DIR
-    output = point_dir / "quick.md" if args.quick else OUTPUT
-    point_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-
-    def log(message):
-        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
-
+    point_dir, output = point_folder(POINT_DIR, OUTPUT, args.quick)
+    log = minutes_log()
     budget = QUICK if args.quick else Budget()
     data = build_data(budget, SEED, args.wordnet_dir)
     data["verbs"] = verb_glosses(data, SEED, args.wordnet_dir)
