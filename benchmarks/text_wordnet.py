@@ -123,6 +123,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import _common
 import numpy as np
 import torch
 from _wordnet_task import (
@@ -791,7 +792,7 @@ def merge(runs: list[dict], smoke: bool) -> str:
         "",
     ]
     header = ["method"] + [title for _, title, _ in COLUMNS] + ["parameters"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += _common.table_head(header)
     for name in methods:
         rows = by_method[name]
         cells = [name]

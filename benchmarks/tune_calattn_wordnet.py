@@ -454,12 +454,11 @@ def selection_lines(results: list[dict]) -> list[str]:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    lines = [
-        "| method | head lr x | lambda_brier | warm-up | selection | optimiser | lr | epochs "
-        "| init s | seeds | accuracy | ECE before | ECE after | NLL before | NLL after | "
-        "median s | T | fit s |",
-        "|" + "---|" * 18,
-    ]
+    lines = _common.table_head(
+        ["method", "head lr x", "lambda_brier", "warm-up", "selection", "optimiser", "lr"]
+        + ["epochs", "init s", "seeds", "accuracy", "ECE before", "ECE after", "NLL before"]
+        + ["NLL after", "median s", "T", "fit s"]
+    )
     for row in rows:
         multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
         lines.append(

@@ -168,9 +168,10 @@ def report(rows: list[dict]) -> str:
         "line above is from when this table was written; points may have run beside "
         "other jobs).",
         "",
-        "| point | options | acc % | ECE % | NLL | AUROC 1-maxp | AUROC entropy | AUROC MI "
-        "| mean MI | sigma per epoch | blocks a path | fit s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_common.table_head(
+            ["point", "options", "acc %", "ECE %", "NLL", "AUROC 1-maxp", "AUROC entropy"]
+            + ["AUROC MI", "mean MI", "sigma per epoch", "blocks a path", "fit s"]
+        ),
     ]
     for row in rows:
         sigma = " -> ".join(f"{value:.3f}" for value in row["train_sigma"])
