@@ -169,13 +169,14 @@ PARAMETERS = (*GRID, *TRAINING)
 
 @dataclass(frozen=True)
 class TuningBudget:
-    """Sizes of the tuning split and the training settings every point shares."""
+    """Sizes of the tuning split and the training settings every point shares: the
+    benchmark's (``Budget``'s, and ``finetuner``'s weight decay), where the recipe is used."""
 
     n_train: int = 4000
     n_eval: int = 2000
-    epochs: int = 2
-    batch_size: int = 32
-    learning_rate: float = 1e-4
+    epochs: int = Budget.epochs
+    batch_size: int = Budget.batch_size
+    learning_rate: float = Budget.learning_rate
     weight_decay: float = 0.01
 
 
