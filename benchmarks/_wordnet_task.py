@@ -303,6 +303,17 @@ def teacher_path(seed: int, budget: Budget) -> Path:
     return CACHE / f"baseline-seed{seed}-{budget.n_train}x{budget.epochs}.pt"
 
 
+def fine_tuned_teacher(data, budget, seed) -> tuple[torch.nn.Module, float, CalAttnFinetuner]:
+    """Fine-tune ``seed``'s plain baseline (DIRECTOR's teacher) and cache its weights and fit
+    time at :func:`teacher_path`; the model, the fit's seconds and its finetuner."""
+    model = finetuner(budget, seed, data["n_classes"], head=False, lambda_brier=0.0)
+    _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
+    teacher = fitted_transformer(model).eval()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": teacher.state_dict(), "fit_s": fit_s}, teacher_path(seed, budget))
+    return teacher, fit_s, model
+
+
 def cached_teacher(data, budget, seed) -> tuple[torch.nn.Module, dict]:
     """The baseline the baseline stage cached for ``seed``, and what was stored with it."""
     path = teacher_path(seed, budget)

@@ -47,7 +47,6 @@ from pathlib import Path
 import _common
 import torch
 from _wordnet_task import (
-    CACHE,
     N_PATHS,
     QUICK,
     RESULTS,
@@ -55,9 +54,8 @@ from _wordnet_task import (
     build_data,
     cached_teacher,
     count,
-    finetuner,
+    fine_tuned_teacher,
     fitted_director,
-    fitted_transformer,
     loader,
     minutes_log,
     n_paths_kwargs,
@@ -65,7 +63,6 @@ from _wordnet_task import (
     point_folder,
     quality,
     teacher_path,
-    timed,
 )
 from scipy.special import softmax
 
@@ -139,11 +136,7 @@ def teacher_point(data: dict, budget: Budget, seed: int, log) -> dict:
         teacher, cached = cached_teacher(data, budget, seed)
         fit_s = cached["fit_s"]
     else:
-        model = finetuner(budget, seed, data["n_classes"], head=False, lambda_brier=0.0)
-        _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
-        teacher = fitted_transformer(model).eval()
-        CACHE.mkdir(parents=True, exist_ok=True)
-        torch.save({"state_dict": teacher.state_dict(), "fit_s": fit_s}, path)
+        teacher, fit_s, _ = fine_tuned_teacher(data, budget, seed)
     logits = {
         part: extract_outputs(teacher, loader(data, part, 4 * budget.batch_size), device="cpu")[1]
         for part in ("calibration", "test", "ood")
