@@ -242,6 +242,25 @@ def ood_aurocs(in_proba, out_proba, in_mi=None, out_mi=None) -> dict[str, float]
     return aurocs
 
 
+def director_scores(director, data: dict, part: str, ood_part: str, batch_size: int):
+    """A fitted DIRECTOR's :func:`quality` on ``part`` and :func:`ood_aurocs` against
+    ``ood_part`` (with the mutual information of its paths); and ``part``'s uncertainty table."""
+    proba, table = director.predict_proba(loader(data, part, batch_size), return_uncertainty=True)
+    ood, ood_table = director.predict_proba(
+        loader(data, ood_part, batch_size), return_uncertainty=True
+    )
+    scores = quality(data[part].labels, proba)
+    scores.update(
+        ood_aurocs(
+            proba,
+            ood,
+            table["mutual_information"].to_numpy(),
+            ood_table["mutual_information"].to_numpy(),
+        )
+    )
+    return scores, table
+
+
 # Models ----------------------------------------------------------------------------------------
 
 

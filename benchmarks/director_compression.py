@@ -54,6 +54,7 @@ from _wordnet_task import (
     build_data,
     cached_teacher,
     count,
+    director_scores,
     fine_tuned_teacher,
     fitted_director,
     loader,
@@ -162,17 +163,7 @@ def director_point(name: str, data: dict, budget: Budget, seed: int, log) -> dic
     row["teacher_parameters"] = director.teacher_n_parameters_
     y_test = data["test"].labels
     batch = 4 * budget.batch_size
-    proba, table = director.predict_proba(loader(data, "test", batch), return_uncertainty=True)
-    ood, ood_table = director.predict_proba(loader(data, "ood", batch), return_uncertainty=True)
-    row.update(quality(y_test, proba))
-    row.update(
-        ood_aurocs(
-            proba,
-            ood,
-            table["mutual_information"].to_numpy(),
-            ood_table["mutual_information"].to_numpy(),
-        )
-    )
+    row.update(director_scores(director, data, "test", "ood", batch)[0])
     director.set_params(**n_paths_kwargs(1))  # the paper's single-path protocol
     row["one_path"] = quality(y_test, director.predict_proba(loader(data, "test", batch)))
     row.update(

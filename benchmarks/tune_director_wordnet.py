@@ -61,14 +61,12 @@ from _wordnet_task import (
     Budget,
     Glosses,
     build_data,
+    director_scores,
     encode_glosses,
     fitted_director,
     length_order,
-    loader,
     minutes_log,
-    ood_aurocs,
     point_folder,
-    quality,
 )
 
 from reliacal.datasets import load_wordnet_glosses
@@ -108,22 +106,8 @@ def verb_glosses(data: dict, seed: int, wordnet_dir) -> Glosses:
 
 def evaluate_point(name: str, data: dict, budget: Budget, log) -> dict:
     director, fit_s, _ = fitted_director(data, budget, SEED, **POINTS[name])
-    batch = 4 * budget.batch_size
-    scored = {
-        part: director.predict_proba(loader(data, part, batch), return_uncertainty=True)
-        for part in ("calibration", "verbs")
-    }
-    (proba, table), (verb_proba, verb_table) = scored["calibration"], scored["verbs"]
-    row = {"point": name, "options": POINTS[name], "fit_s": fit_s}
-    row.update(quality(data["calibration"].labels, proba))
-    row.update(
-        ood_aurocs(
-            proba,
-            verb_proba,
-            table["mutual_information"].to_numpy(),
-            verb_table["mutual_information"].to_numpy(),
-        )
-    )
+    scores, table = director_scores(director, data, "calibration", "verbs", 4 * budget.batch_size)
+    row = {"point": name, "options": POINTS[name], "fit_s": fit_s, **scores}
     row["mean_mi"] = float(table["mutual_information"].mean())
     row["train_sigma"] = [epoch["train_sigma"] for epoch in director.history_]
     row["student_val_accuracy"] = 100 * director.student_val_accuracy_
