@@ -113,6 +113,13 @@ def machine_line(load_before: float | None = None) -> str:
     )
 
 
+def table_head(titles: Sequence[str], *, numeric: bool = False) -> list[str]:
+    """The title row and rule of a Markdown table; ``numeric`` right-aligns every column
+    but the first (the row names)."""
+    rule = "---:|" if numeric else "---|"
+    return ["| " + " | ".join(titles) + " |", "|---|" + rule * (len(titles) - 1)]
+
+
 def header(
     title: str,
     script: str,

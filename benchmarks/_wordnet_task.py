@@ -242,6 +242,25 @@ def ood_aurocs(in_proba, out_proba, in_mi=None, out_mi=None) -> dict[str, float]
     return aurocs
 
 
+def director_scores(director, data: dict, part: str, ood_part: str, batch_size: int):
+    """A fitted DIRECTOR's :func:`quality` on ``part`` and :func:`ood_aurocs` against
+    ``ood_part`` (with the mutual information of its paths); and ``part``'s uncertainty table."""
+    proba, table = director.predict_proba(loader(data, part, batch_size), return_uncertainty=True)
+    ood, ood_table = director.predict_proba(
+        loader(data, ood_part, batch_size), return_uncertainty=True
+    )
+    scores = quality(data[part].labels, proba)
+    scores.update(
+        ood_aurocs(
+            proba,
+            ood,
+            table["mutual_information"].to_numpy(),
+            ood_table["mutual_information"].to_numpy(),
+        )
+    )
+    return scores, table
+
+
 # Models ----------------------------------------------------------------------------------------
 
 
@@ -303,6 +322,17 @@ def teacher_path(seed: int, budget: Budget) -> Path:
     return CACHE / f"baseline-seed{seed}-{budget.n_train}x{budget.epochs}.pt"
 
 
+def fine_tuned_teacher(data, budget, seed) -> tuple[torch.nn.Module, float, CalAttnFinetuner]:
+    """Fine-tune ``seed``'s plain baseline (DIRECTOR's teacher) and cache its weights and fit
+    time at :func:`teacher_path`; the model, the fit's seconds and its finetuner."""
+    model = finetuner(budget, seed, data["n_classes"], head=False, lambda_brier=0.0)
+    _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
+    teacher = fitted_transformer(model).eval()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": teacher.state_dict(), "fit_s": fit_s}, teacher_path(seed, budget))
+    return teacher, fit_s, model
+
+
 def cached_teacher(data, budget, seed) -> tuple[torch.nn.Module, dict]:
     """The baseline the baseline stage cached for ``seed``, and what was stored with it."""
     path = teacher_path(seed, budget)
@@ -359,3 +389,23 @@ def fitted_director(data, budget, seed, **options) -> tuple[DiffusionReconfigure
     director = DiffusionReconfigurer(teacher, **{**settings, **options})
     _, fit_s = timed(director.fit, loader(data, "train", budget.batch_size))
     return director, fit_s, cached
+
+
+def point_folder(point_dir: Path, output: Path, quick: bool) -> tuple[Path, Path]:
+    """The folder of a script's saved points and its table, made if missing; a smoke run
+    (``quick``) keeps both apart from the real ones, in ``point_dir / "quick"``."""
+    if quick:
+        point_dir = point_dir / "quick"
+        output = point_dir / "quick.md"
+    point_dir.mkdir(parents=True, exist_ok=True)
+    return point_dir, output
+
+
+def minutes_log():
+    """A ``log(message)`` that prints ``message`` after the minutes since this call."""
+    start = time.perf_counter()
+
+    def log(message):
+        print(f"[{(time.perf_counter() - start) / 60:6.1f} min] {message}", flush=True)
+
+    return log

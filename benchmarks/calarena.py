@@ -59,7 +59,13 @@ from typing import NamedTuple
 
 import _common
 import numpy as np
-from _posthoc_data import CALIBRATION_SIZE, DATA_DIR, DIGITS_CALIBRATION_SIZE, RECORDS
+from _posthoc_data import (
+    CALIBRATION_SIZE,
+    DATA_DIR,
+    DIGITS_CALIBRATION_SIZE,
+    RECORDS,
+    digits_outputs,
+)
 from sklearn.datasets import load_breast_cancer, make_classification
 from sklearn.model_selection import train_test_split
 
@@ -344,16 +350,7 @@ def _logits_problem(logits, labels, n_calibration: int, seeds, kind: str) -> Pro
 
 def digits_problem(seeds, quick: bool, log) -> tuple[Problem, float]:
     """The demo's tiny ViT, trained once; its probabilities on the 810 held-out digits."""
-    from reliacal.backbones import as_backbone, extract_outputs
-    from reliacal.datasets import load_digits_images, train_calibration_test_split
-
-    X, y = load_digits_images()
-    parts = train_calibration_test_split(X, y, random_state=0)
-    model, seconds = _common.train_digits_vit(parts.X_train, parts.y_train, 0, quick=quick)
-    log(f"digits ViT trained in {seconds:.1f} s")
-    held_out = np.concatenate([parts.X_calibration, parts.X_test])
-    labels = np.concatenate([parts.y_calibration, parts.y_test])
-    _, logits, _ = extract_outputs(as_backbone(model), held_out, device="cpu")
+    _, logits, labels, seconds = digits_outputs(quick, log)
     return _logits_problem(logits, labels, DIGITS_CALIBRATION_SIZE, seeds, "digits"), seconds
 
 

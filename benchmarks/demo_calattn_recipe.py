@@ -83,14 +83,15 @@ TUNING_EVALUATION = 225
 # 1 was fixed before any run; round 2 was added after it, when every round-1 recipe lost to
 # plain + TS (trained end to end without a validation split, CalAttn over-sharpens); round
 # 3 after round 2, when no change to end-to-end training helped: the head alone, post hoc.
+# The loss settings that round 1 tried end to end and round 3 on the head alone.
+LOSS_RECIPES = {
+    "Brier 0.1": {"lambda_brier": 0.1},
+    "Brier 0": {"lambda_brier": 0.0},
+    "Brier 0.1, scale starts at 1": {"lambda_brier": 0.1, "initial_scale": 1.0},
+}
 ROUNDS = {
     1: {
-        "trained, Brier 0.1": ("trained", {"lambda_brier": 0.1}),
-        "trained, Brier 0": ("trained", {"lambda_brier": 0.0}),
-        "trained, Brier 0.1, scale starts at 1": (
-            "trained",
-            {"lambda_brier": 0.1, "initial_scale": 1.0},
-        ),
+        **{f"trained, {name}": ("trained", options) for name, options in LOSS_RECIPES.items()},
         "fine-tuned, lr 5e-4, 30 epochs": ("fine-tuned", {"learning_rate": 5e-4}),
         "fine-tuned, lr 1e-4, 30 epochs": ("fine-tuned", {"learning_rate": 1e-4}),
     },
@@ -105,14 +106,7 @@ ROUNDS = {
         ),
         "trained, Brier 0.1, 30 epochs": ("trained", {"lambda_brier": 0.1, "max_epochs": 30}),
     },
-    3: {
-        "head only, Brier 0.1": ("head", {"lambda_brier": 0.1}),
-        "head only, Brier 0": ("head", {"lambda_brier": 0.0}),
-        "head only, Brier 0.1, scale starts at 1": (
-            "head",
-            {"lambda_brier": 0.1, "initial_scale": 1.0},
-        ),
-    },
+    3: {f"head only, {name}": ("head", options) for name, options in LOSS_RECIPES.items()},
 }
 
 

@@ -47,7 +47,6 @@ from pathlib import Path
 import _common
 import torch
 from _wordnet_task import (
-    CACHE,
     N_PATHS,
     QUICK,
     RESULTS,
@@ -55,15 +54,16 @@ from _wordnet_task import (
     build_data,
     cached_teacher,
     count,
-    finetuner,
+    director_scores,
+    fine_tuned_teacher,
     fitted_director,
-    fitted_transformer,
     loader,
+    minutes_log,
     n_paths_kwargs,
     ood_aurocs,
+    point_folder,
     quality,
     teacher_path,
-    timed,
 )
 from scipy.special import softmax
 
@@ -137,11 +137,7 @@ def teacher_point(data: dict, budget: Budget, seed: int, log) -> dict:
         teacher, cached = cached_teacher(data, budget, seed)
         fit_s = cached["fit_s"]
     else:
-        model = finetuner(budget, seed, data["n_classes"], head=False, lambda_brier=0.0)
-        _, fit_s = timed(model.fit, loader(data, "train", budget.batch_size))
-        teacher = fitted_transformer(model).eval()
-        CACHE.mkdir(parents=True, exist_ok=True)
-        torch.save({"state_dict": teacher.state_dict(), "fit_s": fit_s}, path)
+        teacher, fit_s, _ = fine_tuned_teacher(data, budget, seed)
     logits = {
         part: extract_outputs(teacher, loader(data, part, 4 * budget.batch_size), device="cpu")[1]
         for part in ("calibration", "test", "ood")
@@ -167,17 +163,7 @@ def director_point(name: str, data: dict, budget: Budget, seed: int, log) -> dic
     row["teacher_parameters"] = director.teacher_n_parameters_
     y_test = data["test"].labels
     batch = 4 * budget.batch_size
-    proba, table = director.predict_proba(loader(data, "test", batch), return_uncertainty=True)
-    ood, ood_table = director.predict_proba(loader(data, "ood", batch), return_uncertainty=True)
-    row.update(quality(y_test, proba))
-    row.update(
-        ood_aurocs(
-            proba,
-            ood,
-            table["mutual_information"].to_numpy(),
-            ood_table["mutual_information"].to_numpy(),
-        )
-    )
+    row.update(director_scores(director, data, "test", "ood", batch)[0])
     director.set_params(**n_paths_kwargs(1))  # the paper's single-path protocol
     row["one_path"] = quality(y_test, director.predict_proba(loader(data, "test", batch)))
     row.update(
@@ -439,14 +425,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     budget = QUICK if args.quick else Budget()
-    point_dir = POINT_DIR / "quick" if args.quick else POINT_DIR
-    output = point_dir / "quick.md" if args.quick else OUTPUT
-    point_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-
-    def log(message):
-        print(f"[{(time.perf_counter() - start) / 60:6.1f} min] {message}", flush=True)
-
+    point_dir, output = point_folder(POINT_DIR, OUTPUT, args.quick)
+    log = minutes_log()
     if not args.merge:
         work(args.seeds, args.recipes, budget, point_dir, args.wordnet_dir, log)
     write_table(point_dir, output, args.quick, budget)

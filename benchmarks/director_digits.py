@@ -306,8 +306,7 @@ def mean_std(values) -> str:
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+    return _common.table_head(header) + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def report(digits: list[dict], text: list[dict], args, argv, elapsed: float) -> str:

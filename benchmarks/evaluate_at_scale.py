@@ -70,31 +70,42 @@ print(json.dumps({'status': status, 'imports': before, 'peak': peak_bytes(),
 """
 )
 
+
+def _child(setup: str, measured: str) -> str:
+    """Source of a measured child: ``setup`` (imports, arguments), then ``measured``, which
+    sets ``values``; it prints the peaks before and after and the seconds of ``measured``."""
+    return (
+        PEAK_BYTES_SOURCE
+        + setup
+        + "before = peak_bytes()\nstarted = time.perf_counter()\n"
+        + measured.lstrip("\n")
+        + """print(json.dumps({'imports': before, 'peak': peak_bytes(),
+                  'seconds': time.perf_counter() - started, 'values': values}))
+"""
+    )
+
+
 # The command's code on a file: the streamed full report, its values unrounded.
-_STREAM_CHILD = (
-    PEAK_BYTES_SOURCE
-    + """
+_STREAM_CHILD = _child(
+    """
 import io, json, sys, time
 import pandas, pyarrow.parquet, reliacal.cli, reliacal.metrics, reliacal.io
-before = peak_bytes()
-started = time.perf_counter()
+""",
+    """
 state, _ = reliacal.io.stream_parquet(sys.argv[1], progress=io.StringIO())
 report = reliacal.metrics.report_from_states({'m': state})
 values = {name: float(value) for name, value in report.loc['m'].items()}
-print(json.dumps({'imports': before, 'peak': peak_bytes(),
-                  'seconds': time.perf_counter() - started, 'values': values}))
-"""
+""",
 )
 
 # The in-memory report of one file, its columns read as the command reads them.
-_MEMORY_CHILD = (
-    PEAK_BYTES_SOURCE
-    + """
+_MEMORY_CHILD = _child(
+    """
 import json, sys, time
 import numpy as np, pyarrow.parquet as pq, reliacal.metrics
 path, n_classes = sys.argv[1], int(sys.argv[2])
-before = peak_bytes()
-started = time.perf_counter()
+""",
+    """
 table = pq.read_table(path)
 probs = np.column_stack([table.column(f'p{k}').to_numpy().astype(np.float64)
                          for k in range(n_classes)])
@@ -102,15 +113,12 @@ labels = table.column('label').to_numpy()
 del table
 report = reliacal.metrics.calibration_report(labels, {'m': probs})
 values = {name: float(value) for name, value in report.loc['m'].items()}
-print(json.dumps({'imports': before, 'peak': peak_bytes(),
-                  'seconds': time.perf_counter() - started, 'values': values}))
-"""
+""",
 )
 
 # A torchmetrics Metric fed one file's rows in batches, as a training loop would.
-_METRIC_CHILD = (
-    PEAK_BYTES_SOURCE
-    + """
+_METRIC_CHILD = _child(
+    """
 import json, sys, time
 import numpy as np, pyarrow.parquet as pq, torch
 torch.set_num_threads(1)
@@ -122,17 +130,15 @@ else:
     from reliacal.metrics.torchmetrics import BinnedCalibrationError
     metric = BinnedCalibrationError(n_bins=15)
 columns = [f'p{k}' for k in range(n_classes)]
-before = peak_bytes()
-started = time.perf_counter()
+""",
+    """
 handle = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)  # as reliacal reads
 for batch in handle.iter_batches(batch_size=1 << 16):
     probs = np.column_stack([batch.column(c).to_numpy() for c in columns])
     labels = batch.column('label').to_numpy()
     metric.update(torch.from_numpy(probs), torch.from_numpy(labels))
-value = float(metric.compute())
-print(json.dumps({'imports': before, 'peak': peak_bytes(),
-                  'seconds': time.perf_counter() - started, 'values': {'ece': value}}))
-"""
+values = {'ece': float(metric.compute())}
+""",
 )
 
 # Metrics of the full report that are sums or exact refinements of the histogram; the

@@ -681,6 +681,31 @@ def table(columns, rows: list[dict]) -> list[str]:
     return lines
 
 
+def table_columns(data: Data, keys: list[str]) -> list[tuple[str, str, int]]:
+    """The :func:`table` columns ``(title, key, digits)`` of ``keys``, from one list of all."""
+    titles_digits = {
+        "method": ("method", 0),
+        "model": ("model", 0),
+        "accuracy": ("acc %", 2),
+        "ece": ("ECE %", 2),
+        "ece_ts": ("ECE % after TS", 2),
+        "paper_accuracy": ("paper acc %", 2),
+        "paper_ece": ("paper ECE %", 2),
+        "paper_ece_ts": ("paper ECE % after TS", 2),
+        "nll": ("NLL", 3),
+        "nll_ts": ("NLL after TS", 3),
+        "brier": ("Brier", 4),
+        "auroc": (f"AUROC {data.ood_name}", 3),
+        "auroc_mi": (f"AUROC {data.ood_name} (MI)", 3),
+        "shift_accuracy": ("shift acc %", 2),
+        "shift_ece": ("shift ECE %", 2),
+        "parameters": ("parameters", 0),
+        "paper_parameters": ("paper parameters", 0),
+        "fit_s": ("fit s", 0),
+    }
+    return [(titles_digits[key][0], key, titles_digits[key][1]) for key in keys]
+
+
 def calattn_lines(args, settings: Settings, data: Data, results: dict) -> list[str]:
     published = PUBLISHED_CALATTN.get((args.dataset, args.model, args.loss), {})
     rows = []
@@ -704,22 +729,11 @@ def calattn_lines(args, settings: Settings, data: Data, results: dict) -> list[s
                 "fit_s": result["fit_s"],
             }
         )
-    columns = [
-        ("method", "method", 0),
-        ("acc %", "accuracy", 2),
-        ("ECE %", "ece", 2),
-        ("ECE % after TS", "ece_ts", 2),
-        ("paper ECE %", "paper_ece", 2),
-        ("paper ECE % after TS", "paper_ece_ts", 2),
-        ("NLL", "nll", 3),
-        ("NLL after TS", "nll_ts", 3),
-        ("Brier", "brier", 4),
-        (f"AUROC {data.ood_name}", "auroc", 3),
-        ("shift acc %", "shift_accuracy", 2),
-        ("shift ECE %", "shift_ece", 2),
-        ("parameters", "parameters", 0),
-        ("fit s", "fit_s", 0),
-    ]
+    columns = table_columns(
+        data,
+        ["method", "accuracy", "ece", "ece_ts", "paper_ece", "paper_ece_ts", "nll", "nll_ts"]
+        + ["brier", "auroc", "shift_accuracy", "shift_ece", "parameters", "fit_s"],
+    )
     lines = [
         f"Loss `{args.loss}` (base loss {LOSSES[args.loss]['base_loss']}, Brier weight "
         f"{LOSSES[args.loss]['lambda_brier']}), SGD Nesterov 0.9, lr 0.1, weight decay 5e-4, "
@@ -780,22 +794,11 @@ def director_lines(args, settings: Settings, data: Data, results: dict) -> list[
             parameters=student["parameters"],
         ),
     ]
-    columns = [
-        ("model", "model", 0),
-        ("acc %", "accuracy", 2),
-        ("ECE %", "ece", 2),
-        ("NLL", "nll", 3),
-        ("Brier", "brier", 4),
-        ("paper acc %", "paper_accuracy", 2),
-        ("paper ECE %", "paper_ece", 2),
-        (f"AUROC {data.ood_name}", "auroc", 3),
-        (f"AUROC {data.ood_name} (MI)", "auroc_mi", 3),
-        ("shift acc %", "shift_accuracy", 2),
-        ("shift ECE %", "shift_ece", 2),
-        ("parameters", "parameters", 0),
-        ("paper parameters", "paper_parameters", 0),
-        ("fit s", "fit_s", 0),
-    ]
+    columns = table_columns(
+        data,
+        ["model", "accuracy", "ece", "nll", "brier", "paper_accuracy", "paper_ece", "auroc"]
+        + ["auroc_mi", "shift_accuracy", "shift_ece", "parameters", "paper_parameters", "fit_s"],
+    )
     source = (
         "--teacher-weights"
         if args.teacher_weights

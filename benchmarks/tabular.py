@@ -138,12 +138,12 @@ def _clone(estimator):
 
 
 def format_rows(rows: list[dict]) -> list[str]:
-    lines = [
-        "| method | NLL reliacal | NLL sklearn | ECE % reliacal | ECE % sklearn | "
-        "Brier reliacal | Brier sklearn | max abs diff of p | fit s reliacal | fit s sklearn "
-        "| time ratio |",
-        "|---|" + "---:|" * 10,
-    ]
+    lines = _common.table_head(
+        ["method", "NLL reliacal", "NLL sklearn", "ECE % reliacal", "ECE % sklearn"]
+        + ["Brier reliacal", "Brier sklearn", "max abs diff of p", "fit s reliacal"]
+        + ["fit s sklearn", "time ratio"],
+        numeric=True,
+    )
     for row in rows:
         theirs = row.get("sklearn")
         if theirs is None:

@@ -123,10 +123,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import _common
 import numpy as np
 import torch
 from _wordnet_task import (
-    CACHE,
     DIRECTOR_BLOCKS,
     MAX_LENGTH,
     N_PATHS,
@@ -138,14 +138,13 @@ from _wordnet_task import (
     build_data,
     count,
     entropy,
+    fine_tuned_teacher,
     finetuner,
     fitted_director,
-    fitted_transformer,
     loader,
     n_paths_kwargs,
     ood_aurocs,
     quality,
-    teacher_path,
     timed,
 )
 from scipy.special import softmax
@@ -336,18 +335,11 @@ def mc_dropout(model, data, budget, seed) -> tuple[dict, dict]:
 def baseline_stage(data, budget, seed, log) -> list[dict]:
     """The plain fine-tuned baseline, the post-hoc calibrators on it and MC dropout.
 
-    The baseline's weights are cached (``CACHE``) for the DIRECTOR stage, which
+    The baseline's weights are cached (``fine_tuned_teacher``) for the DIRECTOR stage, which
     reconfigures this very model.
     """
-    n_classes = data["n_classes"]
-    baseline = finetuner(budget, seed, n_classes, head=False, lambda_brier=0.0)
-    _, baseline_fit_s = timed(baseline.fit, loader(data, "train", budget.batch_size))
-    teacher = fitted_transformer(baseline).eval()
+    teacher, baseline_fit_s, baseline = fine_tuned_teacher(data, budget, seed)
     log(f"  baseline fine-tuned in {baseline_fit_s:.0f} s (best epoch {baseline.best_epoch_})")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"state_dict": teacher.state_dict(), "fit_s": baseline_fit_s}, teacher_path(seed, budget)
-    )
     outputs, pass_s = backbone_outputs(teacher, data, budget)
     plain = Predictions(*(softmax(outputs[part][1], axis=1) for part in ("test", "shift", "ood")))
     rows = [report("baseline", plain, data, baseline_fit_s, pass_s["test"], count(teacher))]
@@ -791,7 +783,7 @@ def merge(runs: list[dict], smoke: bool) -> str:
         "",
     ]
     header = ["method"] + [title for _, title, _ in COLUMNS] + ["parameters"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += _common.table_head(header)
     for name in methods:
         rows = by_method[name]
         cells = [name]

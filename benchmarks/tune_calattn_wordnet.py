@@ -169,13 +169,14 @@ PARAMETERS = (*GRID, *TRAINING)
 
 @dataclass(frozen=True)
 class TuningBudget:
-    """Sizes of the tuning split and the training settings every point shares."""
+    """Sizes of the tuning split and the training settings every point shares: the
+    benchmark's (``Budget``'s, and ``finetuner``'s weight decay), where the recipe is used."""
 
     n_train: int = 4000
     n_eval: int = 2000
-    epochs: int = 2
-    batch_size: int = 32
-    learning_rate: float = 1e-4
+    epochs: int = Budget.epochs
+    batch_size: int = Budget.batch_size
+    learning_rate: float = Budget.learning_rate
     weight_decay: float = 0.01
 
 
@@ -454,12 +455,11 @@ def selection_lines(results: list[dict]) -> list[str]:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    lines = [
-        "| method | head lr x | lambda_brier | warm-up | selection | optimiser | lr | epochs "
-        "| init s | seeds | accuracy | ECE before | ECE after | NLL before | NLL after | "
-        "median s | T | fit s |",
-        "|" + "---|" * 18,
-    ]
+    lines = _common.table_head(
+        ["method", "head lr x", "lambda_brier", "warm-up", "selection", "optimiser", "lr"]
+        + ["epochs", "init s", "seeds", "accuracy", "ECE before", "ECE after", "NLL before"]
+        + ["NLL after", "median s", "T", "fit s"]
+    )
     for row in rows:
         multiplier = "-" if row["head_lr_multiplier"] is None else f"{row['head_lr_multiplier']:g}"
         lines.append(

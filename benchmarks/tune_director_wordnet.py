@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import _common
 import numpy as np
@@ -62,12 +61,12 @@ from _wordnet_task import (
     Budget,
     Glosses,
     build_data,
+    director_scores,
     encode_glosses,
     fitted_director,
     length_order,
-    loader,
-    ood_aurocs,
-    quality,
+    minutes_log,
+    point_folder,
 )
 
 from reliacal.datasets import load_wordnet_glosses
@@ -107,22 +106,8 @@ def verb_glosses(data: dict, seed: int, wordnet_dir) -> Glosses:
 
 def evaluate_point(name: str, data: dict, budget: Budget, log) -> dict:
     director, fit_s, _ = fitted_director(data, budget, SEED, **POINTS[name])
-    batch = 4 * budget.batch_size
-    scored = {
-        part: director.predict_proba(loader(data, part, batch), return_uncertainty=True)
-        for part in ("calibration", "verbs")
-    }
-    (proba, table), (verb_proba, verb_table) = scored["calibration"], scored["verbs"]
-    row = {"point": name, "options": POINTS[name], "fit_s": fit_s}
-    row.update(quality(data["calibration"].labels, proba))
-    row.update(
-        ood_aurocs(
-            proba,
-            verb_proba,
-            table["mutual_information"].to_numpy(),
-            verb_table["mutual_information"].to_numpy(),
-        )
-    )
+    scores, table = director_scores(director, data, "calibration", "verbs", 4 * budget.batch_size)
+    row = {"point": name, "options": POINTS[name], "fit_s": fit_s, **scores}
     row["mean_mi"] = float(table["mutual_information"].mean())
     row["train_sigma"] = [epoch["train_sigma"] for epoch in director.history_]
     row["student_val_accuracy"] = 100 * director.student_val_accuracy_
@@ -167,9 +152,10 @@ def report(rows: list[dict]) -> str:
         "line above is from when this table was written; points may have run beside "
         "other jobs).",
         "",
-        "| point | options | acc % | ECE % | NLL | AUROC 1-maxp | AUROC entropy | AUROC MI "
-        "| mean MI | sigma per epoch | blocks a path | fit s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_common.table_head(
+            ["point", "options", "acc %", "ECE %", "NLL", "AUROC 1-maxp", "AUROC entropy"]
+            + ["AUROC MI", "mean MI", "sigma per epoch", "blocks a path", "fit s"]
+        ),
     ]
     for row in rows:
         sigma = " -> ".join(f"{value:.3f}" for value in row["train_sigma"])
@@ -214,15 +200,8 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    # A smoke run keeps its points and table apart from the real ones.
-    point_dir = POINT_DIR / "quick" if args.quick else POINT_DIR
-    output = point_dir / "quick.md" if args.quick else OUTPUT
-    point_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-
-    def log(message):
-        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] {message}", flush=True)
-
+    point_dir, output = point_folder(POINT_DIR, OUTPUT, args.quick)
+    log = minutes_log()
     budget = QUICK if args.quick else Budget()
     data = build_data(budget, SEED, args.wordnet_dir)
     data["verbs"] = verb_glosses(data, SEED, args.wordnet_dir)

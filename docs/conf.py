@@ -107,6 +107,18 @@ def _public_names(module) -> list[str]:
     )
 
 
+def _write_if_changed(path: Path, text: str) -> None:
+    # An unchanged page keeps its time stamp, so that Sphinx does not rebuild it.
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _write_toctree(path: Path, title: str, intro: list[str], entries: list[str]) -> None:
+    """An index page: ``title``, the lines of ``intro``, then a toctree of ``entries``."""
+    lines = [title, "=" * len(title), "", *intro, "", ".. toctree::", "   :maxdepth: 1", ""]
+    _write_if_changed(path, "\n".join([*lines, *(f"   {entry}" for entry in entries), ""]))
+
+
 def _write_api_pages(srcdir: Path) -> None:
     import importlib
 
@@ -133,28 +145,14 @@ def _write_api_pages(srcdir: Path) -> None:
             *[f"   {item}" for item in names],
             "",
         ]
-        text = "\n".join(lines)
-        page = folder / f"{name}.rst"
-        if not page.exists() or page.read_text() != text:
-            page.write_text(text)
-        entries.append(f"   api/{name}")
-    index = "\n".join(
-        [
-            "API reference",
-            "=============",
-            "",
-            "Every public name of every package, from its docstring.",
-            "",
-            ".. toctree::",
-            "   :maxdepth: 1",
-            "",
-            *entries,
-            "",
-        ]
+        _write_if_changed(folder / f"{name}.rst", "\n".join(lines))
+        entries.append(f"api/{name}")
+    _write_toctree(
+        srcdir / "api.rst",
+        "API reference",
+        ["Every public name of every package, from its docstring."],
+        entries,
     )
-    target = srcdir / "api.rst"
-    if not target.exists() or target.read_text() != index:
-        target.write_text(index)
 
 
 # Broken references to reliacal's own objects are errors (relative ones included);
@@ -192,28 +190,17 @@ def _write_benchmark_pages(srcdir: Path) -> None:
     names = []
     for path in sorted(results.glob("*.md")):
         text = f"```{{include}} ../../benchmarks/results/{path.name}\n:heading-offset: 0\n```\n"
-        page = folder / path.name
-        if not page.exists() or page.read_text() != text:
-            page.write_text(text)
-        names.append(path.stem)
-    index = "\n".join(
+        _write_if_changed(folder / path.name, text)
+        names.append(f"benchmarks/{path.stem}")
+    _write_toctree(
+        srcdir / "benchmarks.rst",
+        "Benchmark results",
         [
-            "Benchmark results",
-            "=================",
-            "",
             "Each page is a results file of the repository's ``benchmarks/results/`` folder,",
             "as the script named at its top wrote it (the command is on each page).",
-            "",
-            ".. toctree::",
-            "   :maxdepth: 1",
-            "",
-            *[f"   benchmarks/{name}" for name in names],
-            "",
-        ]
+        ],
+        names,
     )
-    target = srcdir / "benchmarks.rst"
-    if not target.exists() or target.read_text() != index:
-        target.write_text(index)
 
 
 # Written when this file is read, before autosummary looks for the pages' stubs.
