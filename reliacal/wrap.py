@@ -27,6 +27,7 @@ from sklearn.utils.validation import (
     indexable,
 )
 
+from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal._validation import is_torch_module
 from reliacal.calibrators import ClassLabelMixin, calibration_methods, make_calibrator
@@ -43,6 +44,13 @@ _PROBABILITY_OFFSET = 1e-12
 # the per-class maps below say it once, by the class's label.
 _ABSENT_CLASS_MESSAGE = r".*no calibration sample of class"
 
+# The toy problem that the examples of classifier_logits and classifier_scores fit.
+_EXAMPLE_DOCS = {
+    "toy_problem": """\
+>>> import numpy as np
+>>> X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])"""
+}
+
 
 def _final_estimator(estimator):
     """The classifier that computes ``estimator``'s scores (inside frozen wrappers and pipelines)."""
@@ -55,6 +63,17 @@ def _final_estimator(estimator):
             return estimator
 
 
+def _response_method(estimator) -> str:
+    """``"decision_function"`` if the classifier has one, else ``"predict_proba"``; else refused."""
+    for method in ("decision_function", "predict_proba"):
+        if hasattr(estimator, method):
+            return method
+    name = type(_final_estimator(estimator)).__name__
+    raise ValueError(
+        f"{name} has neither decision_function nor predict_proba: its logits cannot be read"
+    )
+
+
 def _response(estimator, X) -> tuple[np.ndarray, str]:
     """``(values, method)``: ``decision_function(X)`` if the classifier has one, else ``predict_proba(X)``.
 
@@ -63,7 +82,8 @@ def _response(estimator, X) -> tuple[np.ndarray, str]:
     """
     name = type(_final_estimator(estimator)).__name__
     n_classes = len(estimator.classes_) if hasattr(estimator, "classes_") else None
-    if hasattr(estimator, "decision_function"):
+    method = _response_method(estimator)
+    if method == "decision_function":
         shape = getattr(_final_estimator(estimator), "decision_function_shape", None)
         if shape == "ovo" and n_classes is not None and n_classes > 2:
             raise ValueError(
@@ -75,14 +95,8 @@ def _response(estimator, X) -> tuple[np.ndarray, str]:
         values = np.asarray(estimator.decision_function(X), dtype=np.float64)
         if values.ndim == 2 and values.shape[1] == 1:  # a binary score as a column
             values = values[:, 0]
-        method = "decision_function"
-    elif hasattr(estimator, "predict_proba"):
-        values = np.asarray(estimator.predict_proba(X), dtype=np.float64)
-        method = "predict_proba"
     else:
-        raise ValueError(
-            f"{name} has neither decision_function nor predict_proba: its logits cannot be read"
-        )
+        values = np.asarray(estimator.predict_proba(X), dtype=np.float64)
     expected = 1 if method == "decision_function" and n_classes == 2 else n_classes
     columns = 1 if values.ndim == 1 else values.shape[1]
     if values.ndim > 2 or (expected is not None and columns != expected):
@@ -93,6 +107,7 @@ def _response(estimator, X) -> tuple[np.ndarray, str]:
     return values, method
 
 
+@shared_doc(_EXAMPLE_DOCS)
 def classifier_logits(estimator, X) -> np.ndarray:
     """Logits ``(n, K)`` of a fitted scikit-learn classifier.
 
@@ -104,9 +119,8 @@ def classifier_logits(estimator, X) -> np.ndarray:
 
     Examples
     --------
-    >>> import numpy as np
+    {toy_problem}
     >>> from sklearn.linear_model import LogisticRegression
-    >>> X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])
     >>> model = LogisticRegression().fit(X, y)
     >>> logits = classifier_logits(model, X)
     >>> logits.shape, bool(np.allclose(logits[:, 1], model.decision_function(X)))
@@ -120,6 +134,7 @@ def classifier_logits(estimator, X) -> np.ndarray:
     return values
 
 
+@shared_doc(_EXAMPLE_DOCS)
 def classifier_scores(estimator, X) -> np.ndarray:
     """The class scores that scikit-learn's ``CalibratedClassifierCV`` calibrates.
 
@@ -129,9 +144,8 @@ def classifier_scores(estimator, X) -> np.ndarray:
 
     Examples
     --------
-    >>> import numpy as np
+    {toy_problem}
     >>> from sklearn.naive_bayes import GaussianNB
-    >>> X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])
     >>> model = GaussianNB().fit(X, y)
     >>> bool(np.allclose(classifier_scores(model, X), model.predict_proba(X)[:, 1]))
     True
@@ -465,10 +479,7 @@ class CalibratedClassifier(
                 f"{name} is a regressor: CalibratedClassifier calibrates classifiers, which "
                 "give a score or probability per class (decision_function or predict_proba)"
             )
-        if not (hasattr(estimator, "decision_function") or hasattr(estimator, "predict_proba")):
-            raise ValueError(
-                f"{name} has neither decision_function nor predict_proba: its logits cannot be read"
-            )
+        _response_method(estimator)  # refuses one with neither decision_function nor predict_proba
 
     def _check_columns(self, estimator, where: str) -> None:
         fitted_classes = np.asarray(estimator.classes_)

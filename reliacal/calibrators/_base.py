@@ -305,6 +305,34 @@ LOGIT_CALIBRATOR_WAIVED_CHECKS = {
 }
 
 
+def waive_one_label(what: str) -> dict[str, str]:
+    """The waiver of ``check_classifiers_one_label`` for ``what``, a map that keeps the argmax.
+
+    >>> waive_one_label("the map")["check_classifiers_one_label"][:30]
+    'the map keeps the argmax of th'
+    """
+    return {
+        "check_classifiers_one_label": (
+            f"{what} keeps the argmax of the logits, so it cannot learn to predict the single "
+            "class seen in fit"
+        )
+    }
+
+
+def waive_weight_equivalence(folds: str) -> dict[str, str]:
+    """The waiver of the repeated-rows check for a fit whose ``folds`` split its rows.
+
+    >>> print(waive_weight_equivalence("the folds")["check_sample_weight_equivalence_on_dense_data"])
+    the folds split rows: the copies of a repeated row can fall in different folds, which a sample weight cannot reproduce
+    """
+    return {
+        "check_sample_weight_equivalence_on_dense_data": (
+            f"{folds} split rows: the copies of a repeated row can fall in different folds, "
+            "which a sample weight cannot reproduce"
+        )
+    }
+
+
 def _waived_checks_note(waived: dict[str, str], indent: str = "") -> str:
     """The Notes paragraph that lists waived ``check_estimator`` checks, grouped by reason.
 

@@ -36,6 +36,7 @@ from reliacal.calibrators._logistic import LogisticFit
 __all__ = [
     "CLASSIC_METHOD_DOCS",
     "CLASSIC_NOTES_DOC",
+    "ISOTONIC_EXAMPLES_DOC",
     "ClassicCalibrator",
     "OneVsRestCalibrator",
     "fit_logistic_maps",
@@ -59,6 +60,18 @@ log of the calibrated probabilities (``log`` of the smallest normal
 float64 for a probability of 0). The ``check_estimator`` checks waived
 by design are those of every logit calibrator
 (``_expected_failed_checks()`` lists them with reasons)."""
+
+#: The opening of the Examples section (header included) of the isotonic family
+#: (isotonic, centred isotonic and Venn-Abers calibration), taken at an
+#: ``{isotonic_examples}`` line: one toy calibration set, so that their outputs compare.
+ISOTONIC_EXAMPLES_DOC = """\
+Examples
+--------
+Six calibration scores, whose labels are not monotone in them:
+
+>>> import numpy as np
+>>> scores = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
+>>> y = np.array([0, 1, 0, 1, 1, 1])"""
 
 #: The sections the classic calibrators' prediction methods share: a ``{classic_input}``
 #: line is their Parameters section (1-D binary scores included).
@@ -146,7 +159,8 @@ class ClassicCalibrator(BaseCalibrator):
 
     def __init_subclass__(cls, **kwargs):
         # Filled before BaseCalibrator's own markers and waived-checks note.
-        cls.__doc__ = fill_doc(cls.__doc__, {"classic_notes": CLASSIC_NOTES_DOC})
+        fragments = {"classic_notes": CLASSIC_NOTES_DOC, "isotonic_examples": ISOTONIC_EXAMPLES_DOC}
+        cls.__doc__ = fill_doc(cls.__doc__, fragments)
         super().__init_subclass__(**kwargs)
 
     def _calibrated_proba(self, features, logits) -> np.ndarray:

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import has_fit_parameter
 
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._base import BaseCalibrator, waive_weight_equivalence
 from reliacal.calibrators._methods import calibration_methods, make_calibrator
 from reliacal.metrics import expected_calibration_error
 
@@ -399,10 +399,7 @@ class AutoCalibrator(BaseCalibrator):
     def _expected_failed_checks(self) -> dict[str, str]:
         return {
             **super()._expected_failed_checks(),
-            "check_sample_weight_equivalence_on_dense_data": (
-                "the folds split rows: the copies of a repeated row can fall in different "
-                "folds, which a sample weight cannot reproduce"
-            ),
+            **waive_weight_equivalence("the folds"),
             "check_classifiers_one_label": (
                 "the identity, always a candidate, and temperature scaling keep the argmax of "
                 "the logits, so the choice may not learn to predict the single class seen in fit"

@@ -88,11 +88,13 @@ class BetaCalibration(OneVsRestCalibrator):
 
     Examples
     --------
+    Probabilities ``p`` whose true probability is ``p**2``:
+
     >>> import numpy as np
     >>> from reliacal.calibrators import BetaCalibration
     >>> rng = np.random.default_rng(0)
     >>> p = rng.uniform(0.01, 0.99, size=2000)
-    >>> y = (rng.uniform(size=2000) < p**2).astype(int)  # the true probability is p**2
+    >>> y = (rng.uniform(size=2000) < p**2).astype(int)
     >>> beta = BetaCalibration(input="probs").fit(p, y)
     >>> beta.coef_.round(2), beta.intercept_.round(2)
     (array([[1.43, 1.18]]), array([-1.01]))

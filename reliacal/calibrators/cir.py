@@ -121,12 +121,8 @@ class CenteredIsotonicCalibration(OneVsRestCalibrator):
 
     {classic_notes}
 
-    Examples
-    --------
-    >>> import numpy as np
+    {isotonic_examples}
     >>> from reliacal.calibrators import CenteredIsotonicCalibration
-    >>> scores = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
-    >>> y = np.array([0, 1, 0, 1, 1, 1])
     >>> cir = CenteredIsotonicCalibration().fit(scores, y)
     >>> cir.knots_[0], cir.values_[0]  # the stretch at 0.5 becomes one knot at its mean
     (array([-2. , -0.5,  1. ,  3. ]), array([0. , 0.5, 1. , 1. ]))

@@ -69,12 +69,8 @@ class IsotonicCalibration(OneVsRestCalibrator):
 
     {classic_notes}
 
-    Examples
-    --------
-    >>> import numpy as np
+    {isotonic_examples}
     >>> from reliacal.calibrators import IsotonicCalibration
-    >>> scores = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
-    >>> y = np.array([0, 1, 0, 1, 1, 1])
     >>> iso = IsotonicCalibration().fit(scores, y)
     >>> iso.values_[0]
     array([0. , 0.5, 0.5, 1. , 1. , 1. ])

@@ -75,11 +75,13 @@ class PlattScaling(OneVsRestCalibrator):
 
     Examples
     --------
+    Over-confident binary scores ``s``, whose true log-odds are ``s / 2``:
+
     >>> import numpy as np
     >>> from reliacal.calibrators import PlattScaling
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 2, size=1000)
-    >>> scores = 4.0 * (2 * y - 1 + rng.normal(size=1000))  # overconfident log-odds
+    >>> scores = 4.0 * (2 * y - 1 + rng.normal(size=1000))
     >>> platt = PlattScaling().fit(scores, y)
     >>> round(float(platt.coef_[0]), 3), round(float(platt.intercept_[0]), 3)
     (0.561, 0.086)

@@ -74,11 +74,13 @@ class QuadraticScaling(OneVsRestCalibrator):
 
     Examples
     --------
+    Scores of the positives spread twice as wide as those of the negatives, so
+    that the true log-odds are quadratic in the score:
+
     >>> import numpy as np
     >>> from reliacal.calibrators import QuadraticScaling
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 2, size=2000)
-    >>> # Positives spread twice as wide as negatives: the true log-odds are quadratic.
     >>> scores = np.where(y == 1, rng.normal(1.0, 2.0, 2000), rng.normal(-1.0, 1.0, 2000))
     >>> quadratic = QuadraticScaling().fit(scores, y)
     >>> bool(quadratic.coef_[0, 1] > 0)  # a positive square term

@@ -257,6 +257,14 @@ class _FullMap:
         return logits @ coef.T
 
 
+#: The constraints of the parameters that the matrix scalings add: the off-diagonal
+#: penalty and the largest number of parameters a fit may allocate.
+_FULL_MAP_CONSTRAINTS = {
+    "reg_off_diagonal": [Interval(numbers.Real, 0, None, closed="left")],
+    "max_parameters": [Interval(numbers.Integral, 1, _LBFGS_MAX_PARAMETERS, closed="both")],
+}
+
+
 @shared_doc(_LBFGS_DOCS)
 class VectorScaling(_DiagonalMap, _LogitScaling):
     r"""Vector scaling: ``p = softmax(w * z + b)``, one weight and one bias per class.
@@ -289,7 +297,9 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
 
     See Also
     --------
-    TemperatureScaling, MatrixScaling
+    TemperatureScaling : one weight shared by the classes and no bias.
+    MatrixScaling : a full weight matrix (Dirichlet calibration on probabilities).
+    StructuredVectorScaling : this map on preprocessed logits, pulled towards temperature scaling.
 
     Examples
     --------
@@ -399,7 +409,8 @@ class MatrixScaling(_FullMap, _LogitScaling):
 
     See Also
     --------
-    TemperatureScaling, VectorScaling
+    VectorScaling : the diagonal special case, ``2K`` parameters.
+    StructuredMatrixScaling : this map on preprocessed logits, with size-scaled ridge penalties.
 
     Examples
     --------
@@ -415,11 +426,7 @@ class MatrixScaling(_FullMap, _LogitScaling):
     array([1., 1.])
     """
 
-    _parameter_constraints: dict = {
-        **_LogitScaling._parameter_constraints,
-        "reg_off_diagonal": [Interval(numbers.Real, 0, None, closed="left")],
-        "max_parameters": [Interval(numbers.Integral, 1, _LBFGS_MAX_PARAMETERS, closed="both")],
-    }
+    _parameter_constraints: dict = {**_LogitScaling._parameter_constraints, **_FULL_MAP_CONSTRAINTS}
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
+from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning, waive_weight_equivalence
 from reliacal.calibrators._checks import warn_uninformative
 from reliacal.calibrators._classic import OneVsRestCalibrator
 
@@ -203,12 +203,14 @@ class SplineCalibration(OneVsRestCalibrator):
 
     Examples
     --------
+    Scores ``s`` whose true log-odds, ``tanh(s)``, saturate beyond ``|s| > 2``:
+
     >>> import numpy as np
     >>> from reliacal.calibrators import SplineCalibration
     >>> rng = np.random.default_rng(0)
     >>> scores = rng.normal(0.0, 3.0, size=2000)
     >>> y = (rng.uniform(size=2000) < 1 / (1 + np.exp(-np.tanh(scores)))).astype(int)
-    >>> spline = SplineCalibration().fit(scores, y)  # the true map saturates at |s| > 2
+    >>> spline = SplineCalibration().fit(scores, y)
     >>> spline.predict_proba(np.array([-6.0, 0.0, 6.0]))[:, 1].round(2)  # truth: .27, .5, .73
     array([0.25, 0.51, 0.7 ])
     """
@@ -376,14 +378,8 @@ class SplineCalibration(OneVsRestCalibrator):
         )
 
     def _expected_failed_checks(self) -> dict[str, str]:
-        return {
-            **super()._expected_failed_checks(),
-            "check_sample_weight_equivalence_on_dense_data": (
-                "the lambda search's folds split rows (cv is a number of folds, not the "
-                "check's list of splits): the copies of a repeated row can fall in different "
-                "folds, which a sample weight cannot reproduce"
-            ),
-        }
+        folds = "the lambda search's folds (cv is a number of folds, not the check's splits)"
+        return {**super()._expected_failed_checks(), **waive_weight_equivalence(folds)}
 
     def _torch_map(self):
         """A ``torch.nn.Module``: float64 logits ``(n, K)`` -> ``predict_proba``'s probabilities."""

@@ -32,13 +32,14 @@ from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
 from reliacal.calibrators._checks import warn_uninformative
 from reliacal.calibrators.scaling import (
+    _FULL_MAP_CONSTRAINTS,
     _LBFGS_DOCS,
     _DiagonalMap,
     _FullMap,
     _LogitScaling,
     check_matrix_size,
 )
-from reliacal.calibrators.temperature import TemperatureScaling
+from reliacal.calibrators.temperature import TemperatureScaling, _check_loaded_temperature
 
 __all__ = ["StructuredMatrixScaling", "StructuredVectorScaling"]
 
@@ -133,8 +134,7 @@ class _StructuredScaling(_LogitScaling):
                 loaded_state_error,
             )
 
-            # Infinity is temperature scaling's limit for logits no better than uniform.
-            check_loaded_number(self, "temperature_", positive=True, finite=False)
+            _check_loaded_temperature(self)
             check_loaded_number(self, "mixture_weight_", positive=True)
             # 1 / (n + 1) for n (weighted) samples: log(1 - eps) must stay finite.
             if self.mixture_weight_ >= 1.0:
@@ -258,7 +258,7 @@ class StructuredVectorScaling(_DiagonalMap, _StructuredScaling):
     Attributes
     ----------
     coef_ : ndarray of shape (K,)
-        The weights ``w``.
+        The weights ``w`` (calibrated logits are ``coef_ * z' + intercept_``).
     {lbfgs_attributes}
     {structured_attributes}
     {base_attributes}
@@ -273,13 +273,14 @@ class StructuredVectorScaling(_DiagonalMap, _StructuredScaling):
     >>> from reliacal.calibrators import StructuredVectorScaling
     >>> from reliacal.datasets import make_logits
     >>> logits, y = make_logits(600, 3, bias=[2.0, 0.0, 0.0], random_state=0)
-    >>> svs = StructuredVectorScaling().fit(logits, y)
-    >>> svs.coef_.shape, svs.intercept_.shape
-    ((3,), (3,))
+    >>> svs = StructuredVectorScaling().fit(3.0 * logits, y)  # over-confident and biased
     >>> bool(svs.intercept_[0] < svs.intercept_[1])  # learns to undo the bias of class 0
     True
-    >>> svs.predict_proba(logits[:2]).sum(axis=1)
-    array([1., 1.])
+    >>> plain = StructuredVectorScaling().fit(logits, y)  # the same logits, unscaled:
+    >>> round(svs.temperature_ / plain.temperature_, 6)  # the temperature takes the factor 3
+    3.0
+    >>> svs.coef_.round(3), plain.coef_.round(3)  # and the map on z' is the same
+    (array([2.015, 1.418, 1.497]), array([2.015, 1.418, 1.497]))
     """
 
     def __init__(
@@ -380,8 +381,7 @@ class StructuredMatrixScaling(_FullMap, _StructuredScaling):
 
     _parameter_constraints: dict = {
         **_StructuredScaling._parameter_constraints,
-        "reg_off_diagonal": [Interval(numbers.Real, 0, None, closed="left")],
-        "max_parameters": [Interval(numbers.Integral, 1, None, closed="left")],
+        **_FULL_MAP_CONSTRAINTS,
     }
 
     def __init__(

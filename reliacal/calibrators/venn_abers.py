@@ -38,7 +38,7 @@ from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator
+from reliacal.calibrators._base import BaseCalibrator, waive_weight_equivalence
 from reliacal.calibrators._checks import warn_uninformative
 from reliacal.calibrators._classic import CLASSIC_METHOD_DOCS, OneVsRestCalibrator
 
@@ -266,12 +266,8 @@ class VennAbersCalibration(OneVsRestCalibrator):
 
     {classic_notes}
 
-    Examples
-    --------
-    >>> import numpy as np
+    {isotonic_examples}
     >>> from reliacal.calibrators import VennAbersCalibration
-    >>> scores = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
-    >>> y = np.array([0, 1, 0, 1, 1, 1])
     >>> va = VennAbersCalibration().fit(scores, y)
     >>> va.predict_interval(np.array([-1.5, 2.5])).round(3)  # [p0, p1] per score
     array([[0.   , 0.667],
@@ -430,10 +426,7 @@ class VennAbersCalibration(OneVsRestCalibrator):
     def _expected_failed_checks(self) -> dict[str, str]:
         waived = super()._expected_failed_checks()
         if not self.inductive:
-            waived["check_sample_weight_equivalence_on_dense_data"] = (
-                "the cross predictor's folds split rows: the copies of a repeated row can fall "
-                "in different folds, which a sample weight cannot reproduce"
-            )
+            waived.update(waive_weight_equivalence("the cross predictor's folds"))
         return waived
 
     def _torch_map(self):
