@@ -23,8 +23,11 @@ DEFAULT_LABEL_KEY = "labels"
 
 __all__ = [
     "ProbabilityValues",
+    "array_namespace",
+    "bincount",
     "check_probabilities",
     "check_probability_inputs",
+    "check_tensor_probabilities",
     "check_logits",
     "encode_labels",
     "check_n_bins",
@@ -134,6 +137,105 @@ def to_numpy(values, name: str) -> np.ndarray:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} cannot be converted to an array: {error}") from None
+
+
+class _TorchNamespace:
+    """The few array-API functions the metrics use, with numpy's signatures, over torch.
+
+    :func:`array_namespace` hands this out for a torch tensor, numpy itself for
+    anything else (numpy 2 has these functions under the same names), so one function
+    body computes on either, the tensor on its own device.
+    """
+
+    def __init__(self, torch):
+        self._torch = torch
+        self.float32 = torch.float32
+        self.float64 = torch.float64
+        self.int64 = torch.int64
+        self.bool = torch.bool
+        for name in ("abs", "sqrt", "log", "ceil", "maximum", "minimum", "where", "isfinite"):
+            setattr(self, name, getattr(torch, name))
+
+    def astype(self, x, dtype):
+        return x.to(dtype)
+
+    def asarray(self, x, dtype=None, device=None):
+        return self._torch.as_tensor(x, dtype=dtype, device=device)
+
+    def zeros(self, shape, dtype=None, device=None):
+        return self._torch.zeros(shape, dtype=dtype or self.float64, device=device)
+
+    def arange(self, stop, dtype=None, device=None):
+        return self._torch.arange(stop, dtype=dtype or self.int64, device=device)
+
+    def finfo(self, dtype):
+        return self._torch.finfo(dtype)
+
+    def clip(self, x, low, high):
+        return self._torch.clamp(x, low, high)
+
+    def sum(self, x, axis=None, dtype=None):
+        return x.sum(dtype=dtype) if axis is None else x.sum(dim=axis, dtype=dtype)
+
+    def mean(self, x, axis=None):
+        return x.mean() if axis is None else x.mean(dim=axis)
+
+    def max(self, x, axis=None):
+        return x.max() if axis is None else x.amax(dim=axis)
+
+    def min(self, x, axis=None):
+        return x.min() if axis is None else x.amin(dim=axis)
+
+    def argmax(self, x, axis=None):
+        return x.argmax(dim=axis)
+
+    def argsort(self, x, stable=True):
+        return self._torch.argsort(x, stable=stable)
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def stack(self, arrays, axis=0):
+        return self._torch.stack(list(arrays), dim=axis)
+
+    def take(self, x, indices):
+        return x[indices]
+
+    def take_along_axis(self, x, indices, axis):
+        return self._torch.take_along_dim(x, indices, dim=axis)
+
+    def bincount(self, x, weights=None, minlength=0):
+        # torch sums the weights in their dtype: float64 sums, as numpy's.
+        if weights is not None:
+            weights = weights.to(self.float64)
+        counts = self._torch.bincount(x, weights=weights, minlength=minlength)
+        return counts if weights is not None else counts.to(self.float64)
+
+
+def array_namespace(*values):
+    """The namespace whose functions compute on ``values``: numpy, or torch's on a tensor.
+
+    A torch tensor among ``values`` selects :class:`_TorchNamespace` (its results stay
+    on the tensor's device); anything else selects numpy. torch is not imported for
+    that.
+
+    Examples
+    --------
+    >>> array_namespace(np.zeros(2)) is np
+    True
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and any(isinstance(value, torch.Tensor) for value in values):
+        return _TorchNamespace(torch)
+    return np
+
+
+def bincount(xp, x, weights=None, minlength: int = 0):
+    """``bincount`` in namespace ``xp``; float64 counts and sums, as numpy's weighted one."""
+    if xp is np:
+        counts = np.bincount(x, weights=weights, minlength=minlength)
+        return counts if weights is not None else counts.astype(np.float64)
+    return xp.bincount(x, weights=weights, minlength=minlength)
 
 
 def _as_float_array(values: np.ndarray, name: str) -> np.ndarray:
@@ -611,6 +713,104 @@ def check_probability_inputs(y_true, y_prob, *, labels=None):
         values.check_all()  # a bad value is reported before a bad label
         raise
     return y_index, y_prob, classes, values
+
+
+def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
+    """Column indices of ``y_true`` on ``device``, or None where the host check must speak.
+
+    A tensor of labels is mapped where it lies (column indices, or numeric classes
+    found by a sorted search); other labels are mapped on the host (they are there)
+    and moved to ``device``.
+    """
+    torch = sys.modules["torch"]
+    classes = None if labels is None else to_numpy(labels, "labels")
+    if not is_torch_tensor(y_true):
+        y_true = _check_labels_vector(y_true, n_samples)
+        y_index, classes = _index_labels(y_true, n_classes, labels)
+        return torch.as_tensor(y_index, device=device), classes
+    if y_true.ndim != 1 or y_true.shape[0] != n_samples:
+        return None
+    y_true = y_true.detach().to(device)
+    if y_true.dtype == torch.bool:
+        y_true = y_true.to(torch.int64)
+    if classes is None or (
+        classes.ndim == 1
+        and classes.dtype.kind in "iu"
+        and np.array_equal(classes, np.arange(n_classes))
+    ):
+        if y_true.is_floating_point():
+            # One reduction: a NaN, an infinity or a fraction makes the difference nonzero.
+            if not float((y_true - torch.round(y_true)).abs().sum()) == 0:
+                return None
+        elif y_true.is_complex():
+            return None
+        low, high = (int(v) for v in torch.stack([y_true.min(), y_true.max()]).tolist())
+        if low < 0 or high >= n_classes:
+            return None
+        return y_true.to(torch.int64), np.arange(n_classes) if classes is None else classes
+    if classes.ndim != 1 or classes.shape[0] != n_classes or classes.dtype.kind not in "iuf":
+        return None
+    order = np.argsort(classes, kind="stable")
+    ordered = classes[order]
+    if np.any(ordered[1:] == ordered[:-1]):
+        return None
+    sorted_classes = torch.as_tensor(ordered).to(y_true.dtype)
+    if sorted_classes.tolist() != ordered.tolist():
+        return None  # a class that the labels' dtype cannot hold
+    sorted_classes = sorted_classes.to(device)
+    position = torch.searchsorted(sorted_classes, y_true).clamp(max=n_classes - 1)
+    if not bool((sorted_classes[position] == y_true).all()):
+        return None
+    return torch.as_tensor(order, device=device)[position], classes
+
+
+def check_tensor_probabilities(y_true, y_prob, *, labels=None):
+    """:func:`check_probabilities` of a torch tensor ``y_prob``, computed on its device.
+
+    The good path reads the tensor where it lies (a minimum, a maximum and the row
+    sums, fetched as three numbers); the labels are mapped as :func:`_tensor_labels`
+    does. Any doubt returns None, and the caller runs :func:`check_probabilities` on a
+    host copy, which names the problem in its own words (the error path only).
+
+    Returns
+    -------
+    (y_index, y_prob, classes) or None
+        Tensors on ``y_prob``'s device (float16 and bfloat16 probabilities as float32,
+        other non-float ones as float64), ``classes`` a numpy array; None when the host
+        check must decide.
+    """
+    torch = sys.modules["torch"]
+    if y_prob.ndim not in (1, 2) or y_prob.shape[0] == 0:
+        return None
+    if y_prob.ndim == 2 and y_prob.shape[1] < 2:
+        return None
+    if y_prob.is_complex():
+        return None
+    tolerance = _row_sum_tolerance(y_prob)
+    y_prob = y_prob.detach()
+    if y_prob.dtype in (torch.float16, torch.bfloat16):
+        y_prob = y_prob.float()
+    elif not y_prob.is_floating_point():
+        y_prob = y_prob.double()
+    n_classes = 2 if y_prob.ndim == 1 else y_prob.shape[1]
+    try:
+        mapped = _tensor_labels(y_true, y_prob.shape[0], n_classes, labels, y_prob.device)
+    except (ValueError, TypeError):
+        return None
+    if mapped is None:
+        return None
+    summary = [y_prob.min(), y_prob.max()]
+    if y_prob.ndim == 2:
+        # Row sums accumulate in float64: the margin left below the tolerance covers
+        # rounding of the rows' terms only.
+        deviation = (y_prob.sum(dim=1, dtype=torch.float64) - 1).abs().max()
+        summary.append(deviation.to(y_prob.dtype))
+    low, high, *rest = torch.stack(summary).tolist()
+    margin = 4 * n_classes * float(torch.finfo(y_prob.dtype).eps)
+    if not (low >= 0 and high <= 1) or (rest and not rest[0] <= tolerance - margin):
+        return None
+    y_index, classes = mapped
+    return y_index, y_prob, classes
 
 
 def check_logits(X, *, name: str = "X") -> np.ndarray:

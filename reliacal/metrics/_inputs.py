@@ -17,7 +17,13 @@ import sys
 
 import numpy as np
 
-from reliacal._validation import check_probabilities, check_probability_inputs, to_numpy
+from reliacal._validation import (
+    check_probabilities,
+    check_probability_inputs,
+    check_tensor_probabilities,
+    is_torch_tensor,
+    to_numpy,
+)
 
 __all__ = [
     "check_prediction_inputs",
@@ -187,7 +193,7 @@ def _check_no_missing_labels(y_true: np.ndarray) -> None:
         )
 
 
-def check_predictions(y_true, y_prob, *, labels=None):
+def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
     """Validate labels and probabilities as every metric does; map the labels to columns.
 
     :func:`reliacal._validation.check_probabilities`, after a pandas DataFrame's
@@ -202,11 +208,16 @@ def check_predictions(y_true, y_prob, *, labels=None):
         Predicted probabilities.
     labels : array-like of shape (K,), optional
         The class of each column (of each named column, for a DataFrame).
+    on_device : bool, default=False
+        Keep a torch tensor ``y_prob`` where it lies, for the metrics that compute
+        there; the others read it as a numpy array (a host copy).
 
     Returns
     -------
     y_index, y_prob, classes
-        As :func:`reliacal._validation.check_probabilities`.
+        As :func:`reliacal._validation.check_probabilities`; with ``on_device``, a
+        torch ``y_prob`` gives tensors on its device
+        (:func:`reliacal._validation.check_tensor_probabilities`).
 
     Examples
     --------
@@ -221,6 +232,11 @@ def check_predictions(y_true, y_prob, *, labels=None):
     ...
     ValueError: y_true has 1 missing label (NaN or None; first in row 1): ...
     """
+    if on_device and is_torch_tensor(y_prob):
+        # Checked on its device; a doubt is diagnosed below, on a host copy.
+        checked = check_tensor_probabilities(y_true, y_prob, labels=labels)
+        if checked is not None:
+            return checked
     if is_pandas_frame(y_prob):
         y_prob, labels = in_class_order(y_prob, labels)
         y_prob = y_prob.to_numpy()
