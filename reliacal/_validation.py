@@ -29,6 +29,7 @@ __all__ = [
     "check_probability_inputs",
     "check_tensor_probabilities",
     "check_logits",
+    "check_tensor_logits",
     "encode_labels",
     "check_n_bins",
     "check_classwise_bins",
@@ -848,3 +849,30 @@ def check_logits(X, *, name: str = "X") -> np.ndarray:
     if not (np.isfinite(X.min()) and np.isfinite(X.max())):
         raise ValueError(f"{name} contains NaN or infinite values")
     return X
+
+
+def check_tensor_logits(X, *, min_columns: int = 1):
+    """:func:`check_logits` of a torch tensor, on its device; None where the host must check.
+
+    A 2-D floating tensor of at least ``min_columns`` columns whose minimum and maximum
+    are finite is returned detached where it lies (float16 and bfloat16 as float32);
+    anything else is None, and the caller's host check names the problem.
+
+    Examples
+    --------
+    >>> import torch
+    >>> check_tensor_logits(torch.zeros(2, 3)).shape
+    torch.Size([2, 3])
+    >>> check_tensor_logits(torch.tensor([[0.0, float("nan")]])) is None
+    True
+    """
+    torch = sys.modules["torch"]
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] < max(min_columns, 1):
+        return None
+    if not X.is_floating_point():
+        return None
+    X = X.detach()
+    if X.dtype in (torch.float16, torch.bfloat16):
+        X = X.float()
+    low, high = torch.stack([X.min(), X.max()]).tolist()
+    return X if np.isfinite(low) and np.isfinite(high) else None
