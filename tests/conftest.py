@@ -148,6 +148,21 @@ def cifar_record(record_name):
     return record_name, probs, labels
 
 
+@pytest.fixture
+def no_host_copy(monkeypatch):
+    """Make every way of bringing a torch tensor to numpy or to the CPU raise.
+
+    For the tests that a tensor input is computed on its device: a metric or a
+    calibrator that reads it on the host fails them.
+    """
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor was copied to the host")
+
+    for name in ("numpy", "__array__", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
 @pytest.fixture(scope="session")
 def post_hoc_calibrator():
     """``post_hoc_calibrator(name, **params)``: a new unfitted post-hoc calibrator of the table.

@@ -193,6 +193,20 @@ def _check_no_missing_labels(y_true: np.ndarray) -> None:
         )
 
 
+def _read_predictions(y_true, y_prob, labels):
+    """``(y_true, y_prob, labels)`` as the checks take them.
+
+    A DataFrame's columns put in class order (and read as an array), the labels read
+    as a numpy array and refused where one is missing.
+    """
+    if is_pandas_frame(y_prob):
+        y_prob, labels = in_class_order(y_prob, labels)
+        y_prob = y_prob.to_numpy()
+    y_true = to_numpy(y_true, "y_true")
+    _check_no_missing_labels(y_true)
+    return y_true, y_prob, labels
+
+
 def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
     """Validate labels and probabilities as every metric does; map the labels to columns.
 
@@ -237,11 +251,7 @@ def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
         checked = check_tensor_probabilities(y_true, y_prob, labels=labels)
         if checked is not None:
             return checked
-    if is_pandas_frame(y_prob):
-        y_prob, labels = in_class_order(y_prob, labels)
-        y_prob = y_prob.to_numpy()
-    y_true = to_numpy(y_true, "y_true")
-    _check_no_missing_labels(y_true)
+    y_true, y_prob, labels = _read_predictions(y_true, y_prob, labels)
     return check_probabilities(y_true, y_prob, labels=labels)
 
 
@@ -252,9 +262,5 @@ def check_prediction_inputs(y_true, y_prob, *, labels=None):
     :class:`reliacal._validation.ProbabilityValues` that a pass over a 2-D ``y_prob``
     runs block by block (:func:`reliacal.metrics._predictions.scan_matrix` takes it).
     """
-    if is_pandas_frame(y_prob):
-        y_prob, labels = in_class_order(y_prob, labels)
-        y_prob = y_prob.to_numpy()
-    y_true = to_numpy(y_true, "y_true")
-    _check_no_missing_labels(y_true)
+    y_true, y_prob, labels = _read_predictions(y_true, y_prob, labels)
     return check_probability_inputs(y_true, y_prob, labels=labels)

@@ -28,15 +28,6 @@ def _fit_both(logits, y, **kwargs):
     return on_host, on_device
 
 
-@pytest.fixture
-def no_host_copy(monkeypatch):
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("a tensor was copied to the host")
-
-    for name in ("numpy", "__array__", "cpu"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-
-
 def test_cifar_records_give_the_numpy_temperature(record_name, load_record):
     probabilities, labels = load_record(record_name)
     calibration = np.random.default_rng(0).permutation(len(labels))[: len(labels) // 2]

@@ -112,17 +112,6 @@ def test_top_label_ece_matches_torchmetrics():
         assert got == pytest.approx(expected, abs=1e-5)
 
 
-@pytest.fixture
-def no_host_copy(monkeypatch):
-    """Make every way of bringing a tensor to numpy or to the CPU raise."""
-
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("a tensor was copied to the host")
-
-    for name in ("numpy", "__array__", "cpu"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-
-
 @pytest.mark.parametrize(("function", "kwargs"), PORTED, ids=IDS)
 def test_tensors_are_not_copied_to_the_host(function, kwargs, no_host_copy):
     labels, probs = _problem(n=400, seed=4)
