@@ -17,6 +17,7 @@ refused. Pass ``frame.to_numpy()`` to use the columns' positions instead.
 Torch tensors (CPU or CUDA) are computed on their device, without a copy to the
 host, by :func:`expected_calibration_error` (all strategies, norms and modes),
 :func:`maximum_calibration_error`, :func:`classwise_calibration_error`,
+:func:`debiased_calibration_error`,
 :func:`negative_log_likelihood`, :func:`brier_score` and :func:`accuracy`; the
 other functions, :func:`binned_statistics` and :func:`calibration_report` accept
 tensors and read them as numpy arrays (a copy to the host).

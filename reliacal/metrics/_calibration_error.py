@@ -57,14 +57,18 @@ def error_from_statistics(stats: BinnedStatistics, norm: str = "l1") -> float:
 
 
 def _debiased_squared(counts, sum_confidence, sum_outcome) -> np.ndarray:
-    """Kumar et al.'s unbiased estimate of the squared L2 error; last axis = bins."""
-    counts = np.asarray(counts, dtype=np.float64)
+    """Kumar et al.'s unbiased estimate of the squared L2 error; last axis = bins.
+
+    numpy or torch sums (on their device).
+    """
+    xp = array_namespace(counts, sum_confidence)
+    counts = xp.astype(xp.asarray(counts), xp.float64)
     enough = counts >= 2
-    safe_counts = np.where(enough, counts, 2.0)
+    safe_counts = xp.where(enough, counts, 2.0)
     accuracy = sum_outcome / safe_counts
     gap = accuracy - sum_confidence / safe_counts
-    term = np.where(enough, gap**2 - accuracy * (1.0 - accuracy) / (safe_counts - 1.0), 0.0)
-    return (counts * term).sum(axis=-1) / counts.sum(axis=-1)
+    term = xp.where(enough, gap**2 - accuracy * (1.0 - accuracy) / (safe_counts - 1.0), 0.0)
+    return xp.sum(counts * term, axis=-1) / xp.sum(counts, axis=-1)
 
 
 def debiased_error_from_statistics(stats: BinnedStatistics) -> float:
@@ -126,8 +130,9 @@ def classwise_error(sums: ClasswiseSums, norm: str = "l1") -> float:
 
 def debiased_classwise_error(sums: ClasswiseSums) -> float:
     """Kumar et al.'s debiased marginal L2 error of per-(class, bin) sums."""
-    squared = np.maximum(_debiased_squared(*sums), 0.0)
-    return float(np.sqrt(squared.mean()))
+    xp = array_namespace(sums.counts)
+    squared = xp.clip(_debiased_squared(*sums), 0.0, None)
+    return float(xp.sqrt(xp.mean(squared)))
 
 
 def _check_common(n_bins, strategy, norm=None):
@@ -344,6 +349,8 @@ def debiased_calibration_error(
     and returns :math:`\sqrt{\frac{1}{K}\sum_k \widehat{\mathrm{CE}}_k^2}` (Kumar
     et al.'s "marginal" mode). Equal-mass bins by default, as in their package.
 
+    {on_device}
+
     {prediction_inputs}
     n_bins : int, default=15
         Number of bins.
@@ -372,7 +379,17 @@ def debiased_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy)
     check_mode(mode, ERROR_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+    if is_torch_tensor(y_prob):
+        xp = array_namespace(y_prob)
+        if mode == CLASSWISE:
+            sums = _array_api.classwise_sums(y_index, y_prob, n_bins, strategy, xp)
+            return debiased_classwise_error(sums)
+        confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+        squared = _debiased_squared(
+            *_array_api.binned_sums(confidence, outcome, n_bins, strategy, xp)
+        )
+        return float(np.sqrt(max(float(squared), 0.0)))
     if mode == CLASSWISE:
         return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)

@@ -23,6 +23,8 @@ PORTED = [
     (metrics.classwise_calibration_error, {}),
     (metrics.classwise_calibration_error, {"strategy": "quantile", "norm": "l2"}),
     (metrics.classwise_calibration_error, {"norm": "max", "n_bins": 40}),
+    (metrics.debiased_calibration_error, {}),
+    (metrics.debiased_calibration_error, {"strategy": "uniform", "mode": "classwise"}),
     (metrics.negative_log_likelihood, {}),
     (metrics.brier_score, {}),
     (metrics.accuracy, {}),
