@@ -716,6 +716,11 @@ def check_probability_inputs(y_true, y_prob, *, labels=None):
     return y_index, y_prob, classes, values
 
 
+def _has_float64(tensor) -> bool:
+    """Whether ``tensor``'s device computes in float64, as the device paths do (MPS does not)."""
+    return tensor.device.type != "mps"
+
+
 def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
     """Column indices of ``y_true`` on ``device``, or None where the host check must speak.
 
@@ -781,7 +786,7 @@ def check_tensor_probabilities(y_true, y_prob, *, labels=None):
         check must decide.
     """
     torch = sys.modules["torch"]
-    if y_prob.ndim not in (1, 2) or y_prob.shape[0] == 0:
+    if y_prob.ndim not in (1, 2) or y_prob.shape[0] == 0 or not _has_float64(y_prob):
         return None
     if y_prob.ndim == 2 and y_prob.shape[1] < 2:
         return None
@@ -868,6 +873,8 @@ def check_tensor_logits(X, *, min_columns: int = 1):
     """
     torch = sys.modules["torch"]
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] < max(min_columns, 1):
+        return None
+    if not _has_float64(X):
         return None
     if not X.is_floating_point():
         return None
