@@ -45,7 +45,8 @@ n_threads : int or None, default=None
 
 #: The line of every function and estimator that computes on a tensor's own device.
 ON_DEVICE_DOC = """\
-A torch tensor (CPU or CUDA) is computed on its device, without a copy to the host."""
+A torch tensor is computed on its device, without a copy to the host (a CPU
+tensor as the numpy array that shares its memory)."""
 
 _Documented = TypeVar("_Documented")
 

@@ -149,6 +149,14 @@ def cifar_record(record_name):
 
 
 @pytest.fixture
+def device_paths_on_cpu(monkeypatch):
+    """Run the metrics' and calibrators' tensor paths on CPU tensors too (a GPU's code)."""
+    from reliacal import _validation
+
+    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", True)
+
+
+@pytest.fixture
 def no_host_copy(monkeypatch):
     """Make every way of bringing a torch tensor to numpy or to the CPU raise.
 

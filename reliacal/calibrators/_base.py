@@ -93,6 +93,7 @@ from reliacal._validation import (
     check_tensor_logits,
     encode_labels,
     is_torch_tensor,
+    on_its_device,
     to_numpy,
 )
 from reliacal.calibrators._backbone_saving import BackboneSaveMixin
@@ -123,6 +124,13 @@ class ConvergenceWarning(_SklearnConvergenceWarning):
     >>> issubclass(ConvergenceWarning, SklearnWarning)
     True
     """
+
+
+def _as_tensor_like(values: np.ndarray, tensor):
+    """``values`` as a tensor on ``tensor``'s device, of its float dtype (float64 else)."""
+    torch = sys.modules["torch"]
+    dtype = tensor.dtype if tensor.is_floating_point() else torch.float64
+    return torch.from_numpy(values).to(device=tensor.device, dtype=dtype)
 
 
 def _predicted_columns(probabilities) -> np.ndarray:
@@ -566,7 +574,7 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         that differs from fit) goes to the host path, which names it.
         """
         on_device = self._device_fit if reset else self._device_predict
-        if not (on_device and is_torch_tensor(X) and self.input == "logits"):
+        if not (on_device and on_its_device(X) and self.input == "logits"):
             return None
         logits = check_tensor_logits(X, min_columns=2 if reset else 1)
         if logits is None:
@@ -770,7 +778,11 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         calibrated = self._calibrated_logits(features, logits)
         if is_torch_tensor(calibrated):  # computed on the input tensor's device
             return calibrated.softmax(dim=1).to(X.dtype)
-        return softmax(np.asarray(calibrated, dtype=np.float64), axis=1)
+        probabilities = softmax(np.asarray(calibrated, dtype=np.float64), axis=1)
+        if self._device_predict and is_torch_tensor(X) and self.input == "logits":
+            # A CPU tensor computed through numpy: a tensor back, as from any device.
+            return _as_tensor_like(probabilities, X)
+        return probabilities
 
     @shared_doc(_METHOD_DOCS)
     def predict_log_proba(self, X: Any) -> np.ndarray:

@@ -11,6 +11,7 @@ from reliacal._validation import (
     check_n_bins,
     check_option,
     is_torch_tensor,
+    on_its_device,
 )
 from reliacal.metrics import _array_api
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
@@ -315,7 +316,7 @@ def classwise_calibration_error(
     0.375
     """
     n_bins = _check_common(n_bins, strategy, norm)
-    if is_torch_tensor(y_prob):
+    if on_its_device(y_prob):
         y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
         if is_torch_tensor(y_prob):
             xp = array_namespace(y_prob)

@@ -21,7 +21,7 @@ from reliacal._validation import (
     check_probabilities,
     check_probability_inputs,
     check_tensor_probabilities,
-    is_torch_tensor,
+    on_its_device,
     to_numpy,
 )
 
@@ -223,8 +223,9 @@ def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
     labels : array-like of shape (K,), optional
         The class of each column (of each named column, for a DataFrame).
     on_device : bool, default=False
-        Keep a torch tensor ``y_prob`` where it lies, for the metrics that compute
-        there; the others read it as a numpy array (a host copy).
+        Keep a torch tensor ``y_prob`` where it lies (a CPU tensor only when the
+        device paths run on the CPU), for the metrics that compute there; the
+        others read it as a numpy array (a host copy).
 
     Returns
     -------
@@ -246,7 +247,7 @@ def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
     ...
     ValueError: y_true has 1 missing label (NaN or None; first in row 1): ...
     """
-    if on_device and is_torch_tensor(y_prob):
+    if on_device and on_its_device(y_prob):
         # Checked on its device; a doubt is diagnosed below, on a host copy.
         checked = check_tensor_probabilities(y_true, y_prob, labels=labels)
         if checked is not None:

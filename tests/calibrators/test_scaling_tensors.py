@@ -16,6 +16,9 @@ from reliacal.calibrators import (
 
 ESTIMATORS = [VectorScaling, MatrixScaling, StructuredVectorScaling, StructuredMatrixScaling]
 
+# The device paths, run on CPU tensors (CPU tensors take numpy by default).
+pytestmark = pytest.mark.usefixtures("device_paths_on_cpu")
+
 
 def _problem(seed=0, n=1200, n_classes=4):
     rng = np.random.default_rng(seed)

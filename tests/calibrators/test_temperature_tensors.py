@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from reliacal import _validation
 from reliacal.calibrators import ConvergenceWarning, TemperatureScaling
 from reliacal.calibrators import _temperature_nll as nll
+
+# The device paths, run on CPU tensors (CPU tensors take numpy by default).
+pytestmark = pytest.mark.usefixtures("device_paths_on_cpu")
 
 
 def _problem(seed, n, n_classes, dtype=np.float64, wrong=0.15):
@@ -158,3 +162,15 @@ def test_cuda_tensors_are_fitted_and_calibrated_on_the_device(scale, no_host_cop
     assert fitted.temperature_ == pytest.approx(on_host.temperature_, rel=1e-10)
     proba = fitted.predict_proba(X.float() if scale == 1.0 else X)
     assert proba.device == X.device
+
+
+def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
+    # A CPU tensor is read as a numpy array without a copy; a tensor comes back.
+    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    logits, y = _problem(10, 800, 4, np.float32)
+    X = torch.from_numpy(logits)
+    fitted = TemperatureScaling().fit(X, y)
+    assert fitted.temperature_ == TemperatureScaling().fit(logits, y).temperature_
+    proba = fitted.predict_proba(X)
+    assert isinstance(proba, torch.Tensor) and proba.dtype == torch.float32
+    np.testing.assert_allclose(proba.numpy(), fitted.predict_proba(logits), rtol=1e-6)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from reliacal import metrics
+from reliacal import _validation, metrics
 from reliacal._validation import array_namespace
 from reliacal.metrics import _array_api
 from reliacal.metrics._calibration_error import classwise_sums
@@ -32,6 +32,9 @@ PORTED = [
 IDS = [f"{function.__name__}-{kwargs}" for function, kwargs in PORTED]
 # float32 probabilities: the device sums them in another order than numpy's scan.
 FLOAT32_RTOL = 1e-6
+
+# The device paths, run on CPU tensors (CPU tensors take numpy by default).
+pytestmark = pytest.mark.usefixtures("device_paths_on_cpu")
 
 
 def _problem(n=3000, n_classes=6, seed=0, ties=False):
@@ -202,3 +205,15 @@ def test_cuda_tensors_give_the_numpy_value_without_a_host_copy(function, kwargs,
     y_true = torch.as_tensor(labels, device="cuda")
     got = function(y_true, torch.as_tensor(probs, device="cuda"), **kwargs)
     assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
+    # A CPU tensor is a numpy array without a copy; numpy's blocked passes read it.
+    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    labels, probs = _problem(n=300, seed=9)
+    tensor = torch.as_tensor(probs)
+    _, y_prob, _ = check_predictions(labels, tensor, on_device=True)
+    assert isinstance(y_prob, np.ndarray) and np.shares_memory(y_prob, tensor.numpy())
+    for function, kwargs in PORTED:
+        expected = function(labels, probs, **kwargs)
+        assert function(labels, tensor, **kwargs) == pytest.approx(expected, rel=1e-12, abs=1e-12)
