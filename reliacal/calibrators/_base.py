@@ -573,7 +573,7 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         ``_device_predict``), in logits mode; doubt (a shape, a value, a column count
         that differs from fit) goes to the host path, which names it.
         """
-        on_device = self._device_fit if reset else self._device_predict
+        on_device = self._device_fit if reset else self._returns_tensor(X)
         if not (on_device and on_its_device(X) and self.input == "logits"):
             return None
         logits = check_tensor_logits(X, min_columns=2 if reset else 1)
@@ -586,6 +586,15 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         elif logits.shape[1] != getattr(self, "n_features_in_", None):
             return None
         return logits
+
+    def _returns_tensor(self, X: Any) -> bool:
+        """Whether ``predict_proba(X)`` is a tensor: a logits tensor, for ``_device_predict``."""
+        return (
+            self._device_predict
+            and self.backbone is None
+            and self.input == "logits"
+            and is_torch_tensor(X)
+        )
 
     def _logits_mode_inputs(self, X: Any, reset: bool):
         device_logits = self._device_logits(X, reset)
@@ -779,7 +788,7 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         if is_torch_tensor(calibrated):  # computed on the input tensor's device
             return calibrated.softmax(dim=1).to(X.dtype)
         probabilities = softmax(np.asarray(calibrated, dtype=np.float64), axis=1)
-        if self._device_predict and is_torch_tensor(X) and self.input == "logits":
+        if self._returns_tensor(X):
             # A CPU tensor computed through numpy: a tensor back, as from any device.
             return _as_tensor_like(probabilities, X)
         return probabilities
