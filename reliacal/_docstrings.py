@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-__all__ = ["LABEL_KEY_DOC", "N_THREADS_DOC", "fill_doc", "shared_doc"]
+__all__ = ["LABEL_KEY_DOC", "N_THREADS_DOC", "ON_DEVICE_DOC", "fill_doc", "shared_doc"]
 
 #: The ``label_key`` parameter of every estimator that reads Hugging Face batches
 #: (the calibrators in backbone mode and the fine-tuning estimators).
@@ -42,6 +42,11 @@ n_threads : int or None, default=None
     :data:`reliacal.training.SMALL_WORK`), whose matrix products more
     threads barely speed up and threads waiting on a busy machine slow
     down many times over; torch's own setting for a larger one."""
+
+#: The line of every function and estimator that computes on a tensor's own device.
+ON_DEVICE_DOC = """\
+A torch tensor is computed on its device, without a copy to the host (a CPU
+tensor as the numpy array that shares its memory)."""
 
 _Documented = TypeVar("_Documented")
 

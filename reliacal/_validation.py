@@ -23,9 +23,13 @@ DEFAULT_LABEL_KEY = "labels"
 
 __all__ = [
     "ProbabilityValues",
+    "array_namespace",
+    "bincount",
     "check_probabilities",
     "check_probability_inputs",
+    "check_tensor_probabilities",
     "check_logits",
+    "check_tensor_logits",
     "encode_labels",
     "check_n_bins",
     "check_classwise_bins",
@@ -103,6 +107,18 @@ def is_torch_tensor(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+#: Whether tensors on the CPU take the device paths too. They do not by default: a
+#: CPU tensor is read as a numpy array without a copy (``Tensor.numpy`` shares its
+#: memory) and numpy's blocked passes are faster than torch's kernels there. The
+#: tests set it to run the device paths on the CPU.
+DEVICE_PATHS_ON_CPU = False
+
+
+def on_its_device(value: object) -> bool:
+    """Whether ``value`` is a torch tensor to compute on where it lies (see above)."""
+    return is_torch_tensor(value) and (DEVICE_PATHS_ON_CPU or value.device.type != "cpu")
+
+
 def to_numpy(values, name: str) -> np.ndarray:
     """Return ``values`` as a numpy array, without copying numpy input.
 
@@ -134,6 +150,105 @@ def to_numpy(values, name: str) -> np.ndarray:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} cannot be converted to an array: {error}") from None
+
+
+class _TorchNamespace:
+    """The few array-API functions the metrics use, with numpy's signatures, over torch.
+
+    :func:`array_namespace` hands this out for a torch tensor, numpy itself for
+    anything else (numpy 2 has these functions under the same names), so one function
+    body computes on either, the tensor on its own device.
+    """
+
+    def __init__(self, torch):
+        self._torch = torch
+        self.float32 = torch.float32
+        self.float64 = torch.float64
+        self.int64 = torch.int64
+        self.bool = torch.bool
+        for name in ("abs", "sqrt", "log", "ceil", "maximum", "minimum", "where", "isfinite"):
+            setattr(self, name, getattr(torch, name))
+
+    def astype(self, x, dtype):
+        return x.to(dtype)
+
+    def asarray(self, x, dtype=None, device=None):
+        return self._torch.as_tensor(x, dtype=dtype, device=device)
+
+    def zeros(self, shape, dtype=None, device=None):
+        return self._torch.zeros(shape, dtype=dtype or self.float64, device=device)
+
+    def arange(self, stop, dtype=None, device=None):
+        return self._torch.arange(stop, dtype=dtype or self.int64, device=device)
+
+    def finfo(self, dtype):
+        return self._torch.finfo(dtype)
+
+    def clip(self, x, low, high):
+        return self._torch.clamp(x, low, high)
+
+    def sum(self, x, axis=None, dtype=None):
+        return x.sum(dtype=dtype) if axis is None else x.sum(dim=axis, dtype=dtype)
+
+    def mean(self, x, axis=None):
+        return x.mean() if axis is None else x.mean(dim=axis)
+
+    def max(self, x, axis=None):
+        return x.max() if axis is None else x.amax(dim=axis)
+
+    def min(self, x, axis=None):
+        return x.min() if axis is None else x.amin(dim=axis)
+
+    def argmax(self, x, axis=None):
+        return x.argmax(dim=axis)
+
+    def argsort(self, x, stable=True):
+        return self._torch.argsort(x, stable=stable)
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def stack(self, arrays, axis=0):
+        return self._torch.stack(list(arrays), dim=axis)
+
+    def take(self, x, indices):
+        return x[indices]
+
+    def take_along_axis(self, x, indices, axis):
+        return self._torch.take_along_dim(x, indices, dim=axis)
+
+    def bincount(self, x, weights=None, minlength=0):
+        # torch sums the weights in their dtype: float64 sums, as numpy's.
+        if weights is not None:
+            weights = weights.to(self.float64)
+        counts = self._torch.bincount(x, weights=weights, minlength=minlength)
+        return counts if weights is not None else counts.to(self.float64)
+
+
+def array_namespace(*values):
+    """The namespace whose functions compute on ``values``: numpy, or torch's on a tensor.
+
+    A torch tensor among ``values`` selects :class:`_TorchNamespace` (its results stay
+    on the tensor's device); anything else selects numpy. torch is not imported for
+    that.
+
+    Examples
+    --------
+    >>> array_namespace(np.zeros(2)) is np
+    True
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and any(isinstance(value, torch.Tensor) for value in values):
+        return _TorchNamespace(torch)
+    return np
+
+
+def bincount(xp, x, weights=None, minlength: int = 0):
+    """``bincount`` in namespace ``xp``; float64 counts and sums, as numpy's weighted one."""
+    if xp is np:
+        counts = np.bincount(x, weights=weights, minlength=minlength)
+        return counts if weights is not None else counts.astype(np.float64)
+    return xp.bincount(x, weights=weights, minlength=minlength)
 
 
 def _as_float_array(values: np.ndarray, name: str) -> np.ndarray:
@@ -613,6 +728,109 @@ def check_probability_inputs(y_true, y_prob, *, labels=None):
     return y_index, y_prob, classes, values
 
 
+def _has_float64(tensor) -> bool:
+    """Whether ``tensor``'s device computes in float64, as the device paths do (MPS does not)."""
+    return tensor.device.type != "mps"
+
+
+def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
+    """Column indices of ``y_true`` on ``device``, or None where the host check must speak.
+
+    A tensor of labels is mapped where it lies (column indices, or numeric classes
+    found by a sorted search); other labels are mapped on the host (they are there)
+    and moved to ``device``.
+    """
+    torch = sys.modules["torch"]
+    classes = None if labels is None else to_numpy(labels, "labels")
+    if not is_torch_tensor(y_true):
+        y_true = _check_labels_vector(y_true, n_samples)
+        y_index, classes = _index_labels(y_true, n_classes, labels)
+        return torch.as_tensor(y_index, device=device), classes
+    if y_true.ndim != 1 or y_true.shape[0] != n_samples:
+        return None
+    y_true = y_true.detach().to(device)
+    if y_true.dtype == torch.bool:
+        y_true = y_true.to(torch.int64)
+    if classes is None or (
+        classes.ndim == 1
+        and classes.dtype.kind in "iu"
+        and np.array_equal(classes, np.arange(n_classes))
+    ):
+        if y_true.is_floating_point():
+            # One reduction: a NaN, an infinity or a fraction makes the difference nonzero.
+            if not float((y_true - torch.round(y_true)).abs().sum()) == 0:
+                return None
+        elif y_true.is_complex():
+            return None
+        low, high = (int(v) for v in torch.stack([y_true.min(), y_true.max()]).tolist())
+        if low < 0 or high >= n_classes:
+            return None
+        return y_true.to(torch.int64), np.arange(n_classes) if classes is None else classes
+    if classes.ndim != 1 or classes.shape[0] != n_classes or classes.dtype.kind not in "iuf":
+        return None
+    order = np.argsort(classes, kind="stable")
+    ordered = classes[order]
+    if np.any(ordered[1:] == ordered[:-1]):
+        return None
+    sorted_classes = torch.as_tensor(ordered).to(y_true.dtype)
+    if sorted_classes.tolist() != ordered.tolist():
+        return None  # a class that the labels' dtype cannot hold
+    sorted_classes = sorted_classes.to(device)
+    position = torch.searchsorted(sorted_classes, y_true).clamp(max=n_classes - 1)
+    if not bool((sorted_classes[position] == y_true).all()):
+        return None
+    return torch.as_tensor(order, device=device)[position], classes
+
+
+def check_tensor_probabilities(y_true, y_prob, *, labels=None):
+    """:func:`check_probabilities` of a torch tensor ``y_prob``, computed on its device.
+
+    The good path reads the tensor where it lies (a minimum, a maximum and the row
+    sums, fetched as three numbers); the labels are mapped as :func:`_tensor_labels`
+    does. Any doubt returns None, and the caller runs :func:`check_probabilities` on a
+    host copy, which names the problem in its own words (the error path only).
+
+    Returns
+    -------
+    (y_index, y_prob, classes) or None
+        Tensors on ``y_prob``'s device (float16 and bfloat16 probabilities as float32,
+        other non-float ones as float64), ``classes`` a numpy array; None when the host
+        check must decide.
+    """
+    torch = sys.modules["torch"]
+    if y_prob.ndim not in (1, 2) or y_prob.shape[0] == 0 or not _has_float64(y_prob):
+        return None
+    if y_prob.ndim == 2 and y_prob.shape[1] < 2:
+        return None
+    if y_prob.is_complex():
+        return None
+    tolerance = _row_sum_tolerance(y_prob)
+    y_prob = y_prob.detach()
+    if y_prob.dtype in (torch.float16, torch.bfloat16):
+        y_prob = y_prob.float()
+    elif not y_prob.is_floating_point():
+        y_prob = y_prob.double()
+    n_classes = 2 if y_prob.ndim == 1 else y_prob.shape[1]
+    try:
+        mapped = _tensor_labels(y_true, y_prob.shape[0], n_classes, labels, y_prob.device)
+    except (ValueError, TypeError):
+        return None
+    if mapped is None:
+        return None
+    summary = [y_prob.min(), y_prob.max()]
+    if y_prob.ndim == 2:
+        # Row sums accumulate in float64: the margin left below the tolerance covers
+        # rounding of the rows' terms only.
+        deviation = (y_prob.sum(dim=1, dtype=torch.float64) - 1).abs().max()
+        summary.append(deviation.to(y_prob.dtype))
+    low, high, *rest = torch.stack(summary).tolist()
+    margin = 4 * n_classes * float(torch.finfo(y_prob.dtype).eps)
+    if not (low >= 0 and high <= 1) or (rest and not rest[0] <= tolerance - margin):
+        return None
+    y_index, classes = mapped
+    return y_index, y_prob, classes
+
+
 def check_logits(X, *, name: str = "X") -> np.ndarray:
     """Validate a logit matrix: 2-D, non-empty, finite.
 
@@ -648,3 +866,32 @@ def check_logits(X, *, name: str = "X") -> np.ndarray:
     if not (np.isfinite(X.min()) and np.isfinite(X.max())):
         raise ValueError(f"{name} contains NaN or infinite values")
     return X
+
+
+def check_tensor_logits(X, *, min_columns: int = 1):
+    """:func:`check_logits` of a torch tensor, on its device; None where the host must check.
+
+    A 2-D floating tensor of at least ``min_columns`` columns whose minimum and maximum
+    are finite is returned detached where it lies (float16 and bfloat16 as float32);
+    anything else is None, and the caller's host check names the problem.
+
+    Examples
+    --------
+    >>> import torch
+    >>> check_tensor_logits(torch.zeros(2, 3)).shape
+    torch.Size([2, 3])
+    >>> check_tensor_logits(torch.tensor([[0.0, float("nan")]])) is None
+    True
+    """
+    torch = sys.modules["torch"]
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] < max(min_columns, 1):
+        return None
+    if not _has_float64(X):
+        return None
+    if not X.is_floating_point():
+        return None
+    X = X.detach()
+    if X.dtype in (torch.float16, torch.bfloat16):
+        X = X.float()
+    low, high = torch.stack([X.min(), X.max()]).tolist()
+    return X if np.isfinite(low) and np.isfinite(high) else None

@@ -150,6 +150,29 @@ def cifar_record(record_name):
     return record_name, probs, labels
 
 
+@pytest.fixture
+def device_paths_on_cpu(monkeypatch):
+    """Run the metrics' and calibrators' tensor paths on CPU tensors too (a GPU's code)."""
+    from reliacal import _validation
+
+    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", True)
+
+
+@pytest.fixture
+def no_host_copy(monkeypatch):
+    """Make every way of bringing a torch tensor to numpy or to the CPU raise.
+
+    For the tests that a tensor input is computed on its device: a metric or a
+    calibrator that reads it on the host fails them.
+    """
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor was copied to the host")
+
+    for name in ("numpy", "__array__", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
 @pytest.fixture(scope="session")
 def post_hoc_calibrator():
     """``post_hoc_calibrator(name, **params)``: a new unfitted post-hoc calibrator of the table.

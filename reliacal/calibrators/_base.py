@@ -90,8 +90,10 @@ from reliacal._validation import (
     DEFAULT_LABEL_KEY,
     check_logits,
     check_probabilities,
+    check_tensor_logits,
     encode_labels,
     is_torch_tensor,
+    on_its_device,
     to_numpy,
 )
 from reliacal.calibrators._backbone_saving import BackboneSaveMixin
@@ -122,6 +124,20 @@ class ConvergenceWarning(_SklearnConvergenceWarning):
     >>> issubclass(ConvergenceWarning, SklearnWarning)
     True
     """
+
+
+def _as_tensor_like(values: np.ndarray, tensor):
+    """``values`` as a tensor on ``tensor``'s device, of its float dtype (float64 else)."""
+    torch = sys.modules["torch"]
+    dtype = tensor.dtype if tensor.is_floating_point() else torch.float64
+    return torch.from_numpy(values).to(device=tensor.device, dtype=dtype)
+
+
+def _predicted_columns(probabilities) -> np.ndarray:
+    """The arg-max column of each row; of a tensor on its device, only the result copied."""
+    if is_torch_tensor(probabilities):
+        return to_numpy(probabilities.argmax(dim=1), "predictions")
+    return np.argmax(probabilities, axis=1)
 
 
 def _labels_to_numpy(y: Any) -> np.ndarray:
@@ -252,8 +268,8 @@ class ClassLabelMixin:
         ndarray of shape (n_samples,)
             Predicted labels.
         """
-        probabilities = self.predict_proba(X)
-        return self.classes_[np.argmax(probabilities, axis=1)]
+        columns = _predicted_columns(self.predict_proba(X))  # checks the fit first
+        return self.classes_[columns]
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Return the (weighted) accuracy of ``predict(X)`` against ``y``.
@@ -273,7 +289,7 @@ class ClassLabelMixin:
             Fraction (weighted) of samples whose predicted label equals ``y``.
         """
         probabilities, y = self._predict_proba_with_labels(X, y)
-        predicted = self.classes_[np.argmax(probabilities, axis=1)]
+        predicted = self.classes_[_predicted_columns(probabilities)]
         return float(accuracy_score(_labels_to_numpy(y), predicted, sample_weight=sample_weight))
 
 
@@ -398,8 +414,11 @@ def _looks_like_probabilities(logits: np.ndarray) -> bool:
     """Whether every value lies in [0, 1] and every row sums to 1 (within 1e-3)."""
     if logits.shape[1] < 2 or logits.min() < 0.0 or logits.max() > 1.0:
         return False
-    row_sums = logits @ np.ones(logits.shape[1], dtype=logits.dtype)
-    return bool(np.all(np.abs(row_sums - 1.0) <= 1e-3))
+    if is_torch_tensor(logits):  # summed on its device
+        row_sums = logits.sum(dim=1)
+    else:
+        row_sums = logits @ np.ones(logits.shape[1], dtype=logits.dtype)
+    return bool((abs(row_sums - 1.0) <= 1e-3).all())
 
 
 def _on_accelerator(value: Any) -> bool:
@@ -545,6 +564,12 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
     #: (else in the input's own precision); the exported module follows the same rule.
     _float64_probability_logs = False
 
+    #: Whether a torch tensor of logits stays a tensor, on its device, through ``fit``
+    #: (``_fit_core`` then takes a tensor) and through ``predict_proba``
+    #: (``_calibrated_logits`` then takes one); else it is read as a numpy array.
+    _device_fit = False
+    _device_predict = False
+
     # ---------------------------------------------------------------- hooks
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         raise NotImplementedError
@@ -569,7 +594,40 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         tiny = np.finfo(probabilities.dtype).tiny
         return np.log(np.maximum(probabilities, tiny))
 
+    def _device_logits(self, X: Any, reset: bool):
+        """The logits tensor ``X`` validated where it lies, or None (the host path).
+
+        Only for the calibrators that compute on a tensor's device (``_device_fit``,
+        ``_device_predict``), in logits mode; doubt (a shape, a value, a column count
+        that differs from fit) goes to the host path, which names it.
+        """
+        on_device = self._device_fit if reset else self._returns_tensor(X)
+        if not (on_device and on_its_device(X) and self.input == "logits"):
+            return None
+        logits = check_tensor_logits(X, min_columns=2 if reset else 1)
+        if logits is None:
+            return None
+        if reset:
+            # As validate_data(reset=True): the column count, and no feature names.
+            self.n_features_in_ = logits.shape[1]
+            self.__dict__.pop("feature_names_in_", None)
+        elif logits.shape[1] != getattr(self, "n_features_in_", None):
+            return None
+        return logits
+
+    def _returns_tensor(self, X: Any) -> bool:
+        """Whether ``predict_proba(X)`` is a tensor: a logits tensor, for ``_device_predict``."""
+        return (
+            self._device_predict
+            and self.backbone is None
+            and self.input == "logits"
+            and is_torch_tensor(X)
+        )
+
     def _logits_mode_inputs(self, X: Any, reset: bool):
+        device_logits = self._device_logits(X, reset)
+        if device_logits is not None:
+            return self._split_columns(device_logits)
         from_torch = is_torch_tensor(X)
         values = to_numpy(X, "X") if from_torch else X
         fitted_on_columns = not reset and getattr(self, "n_features_in_", 1) != 1
@@ -738,7 +796,8 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
             Calibrated logits; ``softmax`` of them is ``predict_proba(X)``.
         """
         features, logits, _ = self._transform_inputs(X)
-        return np.asarray(self._calibrated_logits(features, logits), dtype=np.float64)
+        calibrated = self._calibrated_logits(features, logits)
+        return np.asarray(to_numpy(calibrated, "calibrated logits"), dtype=np.float64)
 
     @shared_doc(_METHOD_DOCS)
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -749,9 +808,18 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         Returns
         -------
         ndarray of shape (n_samples, K)
-            Column ``j`` is the probability of ``classes_[j]``.
+            Column ``j`` is the probability of ``classes_[j]``; a torch tensor on
+            ``X``'s device and of its float dtype for a calibrator that computes there.
         """
-        return softmax(self.decision_function(X), axis=1)
+        features, logits, _ = self._transform_inputs(X)
+        calibrated = self._calibrated_logits(features, logits)
+        if is_torch_tensor(calibrated):  # computed on the input tensor's device
+            return calibrated.softmax(dim=1).to(X.dtype)
+        probabilities = softmax(np.asarray(calibrated, dtype=np.float64), axis=1)
+        if self._returns_tensor(X):
+            # A CPU tensor computed through numpy: a tensor back, as from any device.
+            return _as_tensor_like(probabilities, X)
+        return probabilities
 
     @shared_doc(_METHOD_DOCS)
     def predict_log_proba(self, X: Any) -> np.ndarray:

@@ -56,6 +56,7 @@ import math
 
 import numpy as np
 
+from reliacal._validation import array_namespace
 from reliacal.calibrators._blas import single_threaded_blas
 
 # Bytes of one chunk buffer (three of them per pass): they stay in a core's L2 cache,
@@ -140,16 +141,17 @@ def _scale_exponent(row_max: np.ndarray, row_min: np.ndarray) -> int:
     """``k`` such that the largest row range of ``z / 2**k`` lies in ``[1, 2)``.
 
     0 when that range already lies in the safe band (see ``_SAFE_EXPONENT``)
-    or is zero.
+    or is zero. numpy arrays or torch tensors (reduced on their device).
     """
+    xp = array_namespace(row_max)
     with np.errstate(over="ignore"):
-        spread = float(np.max(row_max - row_min))
+        spread = float(xp.max(row_max - row_min))
     if spread == 0.0:
         return 0
     if np.isfinite(spread):
         exponent = int(np.frexp(spread)[1]) - 1
     else:  # max - min overflowed (logits near the largest float): halve both first
-        exponent = int(np.frexp(float(np.max(0.5 * row_max - 0.5 * row_min)))[1])
+        exponent = int(np.frexp(float(xp.max(0.5 * row_max - 0.5 * row_min)))[1])
     return 0 if -_SAFE_EXPONENT <= exponent < _SAFE_EXPONENT else exponent
 
 
@@ -171,7 +173,7 @@ def _row_cumulants(sums: list[np.ndarray]) -> list[np.ndarray]:
     moments = [None] + [s / sums[0] for s in sums[1:]]
     cumulants = [None, moments[1]]
     for order in range(2, len(sums)):
-        value = moments[order].copy()
+        value = moments[order] + 0.0  # a copy, of a numpy array or a torch tensor
         for j in range(1, order):
             value -= math.comb(order - 1, j - 1) * cumulants[j] * moments[order - j]
         cumulants.append(value)
@@ -729,12 +731,13 @@ def subset_rows(n_samples: int, n_classes: int) -> np.ndarray | None:
     return np.linspace(0, n_samples - 1, n_rows).round().astype(np.intp)
 
 
-def _starting_point(logits, y_index, sample_weight):
+def _starting_point(logits, y_index, sample_weight, objective_class=_TemperatureObjective):
     """``(u, k, reads)``: ``log b`` solved on a strided subset of the rows, for ``z / 2**k``.
 
     ``reads`` is the number of logits the subset solves read (the subset's
     copy included). ``u`` is None when there is no subset or no finite
     optimum on it (then ``k`` is the subset's exponent, or 0 without one).
+    ``objective_class`` makes the passes (a subclass reads a torch tensor).
     """
     rows = subset_rows(*logits.shape)
     if rows is None:
@@ -743,25 +746,26 @@ def _starting_point(logits, y_index, sample_weight):
     if weights is not None and not weights.sum() > 0:
         return None, 0, 0
     subset, labels = logits[rows], y_index[rows]
-    start, exponent, reads = _starting_point(subset, labels, weights)
-    objective = _TemperatureObjective(subset, labels, weights, exponent)
+    start, exponent, reads = _starting_point(subset, labels, weights, objective_class)
+    objective = objective_class(subset, labels, weights, exponent)
     solution = _solve_nll(
         objective, tol=0.0, max_iter=_MAX_COARSE_PASSES, start=start, coarse_tol=_SUBSET_TOL
     )
-    reads += subset.size * (objective.n_passes + 1)
+    reads += math.prod(subset.shape) * (objective.n_passes + 1)  # a tensor's size too
     start = solution.log_inverse_temperature if solution.status == "converged" else None
     return start, objective.scale_exponent, reads
 
 
-def fit_nll(logits, y_index, sample_weight, *, tol, max_iter):
+def fit_nll(logits, y_index, sample_weight, *, tol, max_iter, objective_class=None):
     """``(solution, T, objective, subset_passes)``; ValueError when no float64 ``T`` represents it.
 
     ``objective.n_passes`` counts the passes over the logits;
     ``subset_passes`` is the subset solves' reads in units of the logits'
-    size.
+    size. ``objective_class`` (default ``_TemperatureObjective``) makes the passes.
     """
-    start, exponent, reads = _starting_point(logits, y_index, sample_weight)
-    objective = _TemperatureObjective(logits, y_index, sample_weight, exponent)
+    objective_class = objective_class or _TemperatureObjective
+    start, exponent, reads = _starting_point(logits, y_index, sample_weight, objective_class)
+    objective = objective_class(logits, y_index, sample_weight, exponent)
     solution = _solve_nll(objective, tol=tol, max_iter=max_iter, start=start)
     temperature = objective.temperature(solution.log_inverse_temperature)
     if not np.isfinite(temperature) or temperature < np.finfo(np.float64).tiny:
@@ -777,4 +781,4 @@ def fit_nll(logits, y_index, sample_weight, *, tol, max_iter):
             f"{side} float64 number, so no finite T represents it; divide the logits by a "
             "constant c before calibrating (the temperature scales with c)"
         )
-    return solution, temperature, objective, reads / logits.size
+    return solution, temperature, objective, reads / math.prod(logits.shape)

@@ -27,6 +27,7 @@ from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import is_torch_tensor
 from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
 from reliacal.calibrators._blas import single_threaded_blas
 from reliacal.metrics import nll_scorer
@@ -198,7 +199,15 @@ class _LogitScaling(BaseCalibrator):
         self.intercept_ = parameters[-n_classes:].copy()
         self.n_iter_ = int(result.nit)
 
+    # The fitted map is small: predict_proba moves it to a tensor's device (fit reads
+    # the logits on the host).
+    _device_predict = True
+
     def _calibrated_logits(self, features, logits):
+        if is_torch_tensor(logits):  # on its device, in float64 as below
+            logits = logits.double()
+            coef, intercept = (logits.new_tensor(value) for value in (self.coef_, self.intercept_))
+            return self._apply_coef(coef, logits) + intercept
         return self._apply_coef(self.coef_, np.asarray(logits, dtype=np.float64)) + self.intercept_
 
     def _torch_map(self):
@@ -218,6 +227,10 @@ class _LogitScaling(BaseCalibrator):
 
 #: The docs of what every _LogitScaling subclass shares: the L-BFGS settings and results.
 _LBFGS_DOCS = {
+    "map_on_device": """\
+A torch tensor of logits given to ``predict_proba`` is calibrated on its device
+(the fitted map moves there; the result is a tensor of the logits' float dtype);
+``fit`` reads it on the host.""",
     "lbfgs_parameters": """\
 max_iter : int, default=1000
     Maximum L-BFGS iterations.
@@ -280,6 +293,8 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
     A class absent from the calibration data keeps its column; its
     probability is driven down until L-BFGS stops (``reg_bias`` bounds how
     far).
+
+    {map_on_device}
 
     Parameters
     ----------
@@ -384,6 +399,8 @@ class MatrixScaling(_FullMap, _LogitScaling):
     ``reg_off_diagonal=0`` and fewer than ``10 (K^2 + K)`` samples warns
     (``UserWarning``). A class absent from the calibration data keeps its
     column; its probability is driven down until L-BFGS stops.
+
+    {map_on_device}
 
     Parameters
     ----------

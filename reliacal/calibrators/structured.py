@@ -30,6 +30,7 @@ from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import shared_doc
 from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import is_torch_tensor
 from reliacal.calibrators._checks import warn_uninformative
 from reliacal.calibrators.scaling import (
     _FULL_MAP_CONSTRAINTS,
@@ -116,10 +117,17 @@ class _StructuredScaling(_LogitScaling):
         raise NotImplementedError
 
     def _preprocess(self, logits: np.ndarray) -> np.ndarray:
-        """``log((1 - eps) softmax(z / T) + eps / K)``, computed from log-probabilities."""
+        """``log((1 - eps) softmax(z / T) + eps / K)``, computed from log-probabilities.
+
+        A torch tensor (``predict_proba``'s) is computed on its device.
+        """
         n_classes = logits.shape[1]
-        scaled = log_softmax(np.asarray(logits, dtype=np.float64) / self.temperature_, axis=1)
         eps = self.mixture_weight_
+        if is_torch_tensor(logits):
+            scaled = (logits.double() / self.temperature_).log_softmax(dim=1)
+            floor = scaled.new_tensor(np.log(eps / n_classes))
+            return (np.log1p(-eps) + scaled).logaddexp(floor)
+        scaled = log_softmax(np.asarray(logits, dtype=np.float64) / self.temperature_, axis=1)
         return np.logaddexp(np.log1p(-eps) + scaled, np.log(eps / n_classes))
 
     def _bias_weight(self, n_classes: int) -> float:
@@ -248,6 +256,8 @@ class StructuredVectorScaling(_DiagonalMap, _StructuredScaling):
     does). Like vector scaling it can change the predicted class.
     {solver_note}
 
+    {map_on_device}
+
     Parameters
     ----------
     {structured_parameters}
@@ -339,6 +349,8 @@ class StructuredMatrixScaling(_FullMap, _StructuredScaling):
     scale with ``K`` and ``n``.
     {solver_note}
 
+    {map_on_device}
+
     Parameters
     ----------
     {structured_parameters}
@@ -410,6 +422,8 @@ class StructuredMatrixScaling(_FullMap, _StructuredScaling):
         return self.reg_bias, self.reg_diagonal, self.reg_off_diagonal
 
     def _apply_coef(self, coef, logits):
+        if is_torch_tensor(coef):  # predict_proba on a tensor's device: float64 both
+            return logits @ coef.T
         # In the logits' precision: float32 for the rough first pass.
         return logits @ coef.T.astype(logits.dtype, copy=False)
 

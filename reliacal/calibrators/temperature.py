@@ -14,7 +14,9 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from reliacal._docstrings import ON_DEVICE_DOC, shared_doc
 from reliacal._init_arguments import store_init_arguments
+from reliacal._validation import is_torch_tensor, to_numpy
 from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning, waive_one_label
 from reliacal.calibrators._temperature_nll import fit_nll
 
@@ -64,6 +66,7 @@ def _check_loaded_temperature(estimator) -> None:
     check_loaded_number(estimator, "temperature_", positive=True, finite=False)
 
 
+@shared_doc({"on_device": ON_DEVICE_DOC})
 class TemperatureScaling(BaseCalibrator):
     r"""Temperature scaling: ``p = softmax(z / T)`` with one scalar ``T > 0``.
 
@@ -98,6 +101,11 @@ class TemperatureScaling(BaseCalibrator):
     (exact), so ``T(c z) = c T(z)`` to float64 rounding from ``c = 1e-300``
     to ``1e300``. Only when the temperature itself lies beyond the float64
     range (logits near ``1e308``) does ``fit`` raise a ``ValueError``.
+
+    {on_device}
+    The solver's passes run there (``objective="nll"``; ``"ece"`` reads the
+    logits on the host) and ``predict_proba`` returns a tensor on that device,
+    of the logits' float dtype; the labels are read on the host.
 
     Parameters
     ----------
@@ -174,12 +182,24 @@ class TemperatureScaling(BaseCalibrator):
         store_init_arguments(self, locals())
         super().__init__(**base_params)
 
+    _device_fit = _device_predict = True
+
     def _fit_core(self, features, logits, y_index, sample_weight) -> None:
         if self.objective == "ece":
-            self._fit_ece(logits, y_index, sample_weight)
+            self._fit_ece(to_numpy(logits, "X"), y_index, sample_weight)
             return
+        objective_class = None
+        if is_torch_tensor(logits):
+            from reliacal.calibrators._temperature_device import TensorTemperatureObjective
+
+            objective_class = TensorTemperatureObjective
         solution, temperature, objective, subset_passes = fit_nll(
-            logits, y_index, sample_weight, tol=self.tol, max_iter=self.max_iter
+            logits,
+            y_index,
+            sample_weight,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            objective_class=objective_class,
         )
         if solution.status != "converged":
             warnings.warn(solution.message, ConvergenceWarning, stacklevel=3)
@@ -244,6 +264,13 @@ class TemperatureScaling(BaseCalibrator):
         self.subset_passes_ = subset_passes
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
+        if is_torch_tensor(logits):  # on its device, in float64 as below
+            calibrated = logits.double() / self.temperature_
+            if not bool(calibrated.isfinite().all()):
+                calibrated = (logits.double() - logits.double().amax(dim=1, keepdim=True)) / (
+                    self.temperature_
+                )
+            return calibrated
         logits = np.asarray(logits, dtype=np.float64)
         with np.errstate(over="ignore"):
             calibrated = logits / self.temperature_

@@ -14,6 +14,14 @@ other names are the classes themselves, so ``y_true`` holds them. With
 ``labels=``, the names must be those classes (or their numbers); anything else is
 refused. Pass ``frame.to_numpy()`` to use the columns' positions instead.
 
+Torch tensors are computed on their device (a GPU's, or a CPU tensor as the numpy
+array that shares its memory), without a copy to the host, by :func:`expected_calibration_error` (all strategies, norms and modes),
+:func:`maximum_calibration_error`, :func:`classwise_calibration_error`,
+:func:`debiased_calibration_error`,
+:func:`negative_log_likelihood`, :func:`brier_score` and :func:`accuracy`; the
+other functions, :func:`binned_statistics` and :func:`calibration_report` accept
+tensors and read them as numpy arrays (a copy to the host).
+
 Scorers for scikit-learn model selection: ``ece_scorer``, ``nll_scorer`` and
 ``brier_scorer`` are negated (greater is better) and call ``predict_proba``;
 :func:`make_calibration_scorer` builds others.

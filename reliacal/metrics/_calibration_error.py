@@ -6,10 +6,14 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import (
+    array_namespace,
     check_classwise_bins,
     check_n_bins,
     check_option,
+    is_torch_tensor,
+    on_its_device,
 )
+from reliacal.metrics import _array_api
 from reliacal.metrics._binning import STRATEGIES, BinnedStatistics, bin_scores, quantile_sums
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._inputs import check_prediction_inputs, check_predictions
@@ -29,18 +33,19 @@ def norm_of_gaps(counts, sum_confidence, sum_outcome, norm: str) -> np.ndarray:
     """Calibration error of binned sums; the last axis indexes bins.
 
     l1: ``sum_b (n_b / n) |acc_b - conf_b|``; l2: ``sqrt(sum_b (n_b / n) gap_b^2)``;
-    max: the largest gap over non-empty bins.
+    max: the largest gap over non-empty bins. numpy or torch sums (on their device).
     """
-    counts = np.asarray(counts, dtype=np.float64)
+    xp = array_namespace(counts, sum_confidence)
+    counts = xp.astype(xp.asarray(counts), xp.float64)
     filled = counts > 0
-    safe_counts = np.where(filled, counts, 1.0)
-    gap = np.where(filled, np.abs(sum_outcome - sum_confidence) / safe_counts, 0.0)
-    total = counts.sum(axis=-1)
+    safe_counts = xp.where(filled, counts, 1.0)
+    gap = xp.where(filled, xp.abs(sum_outcome - sum_confidence) / safe_counts, 0.0)
+    total = xp.sum(counts, axis=-1)
     if norm == "l1":
-        return (counts * gap).sum(axis=-1) / total
+        return xp.sum(counts * gap, axis=-1) / total
     if norm == "l2":
-        return np.sqrt((counts * gap**2).sum(axis=-1) / total)
-    return gap.max(axis=-1)
+        return xp.sqrt(xp.sum(counts * gap**2, axis=-1) / total)
+    return xp.max(gap, axis=-1)
 
 
 def error_from_statistics(stats: BinnedStatistics, norm: str = "l1") -> float:
@@ -53,14 +58,18 @@ def error_from_statistics(stats: BinnedStatistics, norm: str = "l1") -> float:
 
 
 def _debiased_squared(counts, sum_confidence, sum_outcome) -> np.ndarray:
-    """Kumar et al.'s unbiased estimate of the squared L2 error; last axis = bins."""
-    counts = np.asarray(counts, dtype=np.float64)
+    """Kumar et al.'s unbiased estimate of the squared L2 error; last axis = bins.
+
+    numpy or torch sums (on their device).
+    """
+    xp = array_namespace(counts, sum_confidence)
+    counts = xp.astype(xp.asarray(counts), xp.float64)
     enough = counts >= 2
-    safe_counts = np.where(enough, counts, 2.0)
+    safe_counts = xp.where(enough, counts, 2.0)
     accuracy = sum_outcome / safe_counts
     gap = accuracy - sum_confidence / safe_counts
-    term = np.where(enough, gap**2 - accuracy * (1.0 - accuracy) / (safe_counts - 1.0), 0.0)
-    return (counts * term).sum(axis=-1) / counts.sum(axis=-1)
+    term = xp.where(enough, gap**2 - accuracy * (1.0 - accuracy) / (safe_counts - 1.0), 0.0)
+    return xp.sum(counts * term, axis=-1) / xp.sum(counts, axis=-1)
 
 
 def debiased_error_from_statistics(stats: BinnedStatistics) -> float:
@@ -107,11 +116,12 @@ def classwise_sums(
 
 def combine_classes(per_class: np.ndarray, norm: str) -> float:
     """Kumar et al.'s marginal error: ``(mean_k CE_k^p)^(1/p)``, the max for ``max``."""
+    xp = array_namespace(per_class)
     if norm == "l1":
-        return float(per_class.mean())
+        return float(xp.mean(per_class))
     if norm == "l2":
-        return float(np.sqrt(np.mean(per_class**2)))
-    return float(per_class.max())
+        return float(xp.sqrt(xp.mean(per_class**2)))
+    return float(xp.max(per_class))
 
 
 def classwise_error(sums: ClasswiseSums, norm: str = "l1") -> float:
@@ -121,8 +131,9 @@ def classwise_error(sums: ClasswiseSums, norm: str = "l1") -> float:
 
 def debiased_classwise_error(sums: ClasswiseSums) -> float:
     """Kumar et al.'s debiased marginal L2 error of per-(class, bin) sums."""
-    squared = np.maximum(_debiased_squared(*sums), 0.0)
-    return float(np.sqrt(squared.mean()))
+    xp = array_namespace(sums.counts)
+    squared = xp.clip(_debiased_squared(*sums), 0.0, None)
+    return float(xp.sqrt(xp.mean(squared)))
 
 
 def _check_common(n_bins, strategy, norm=None):
@@ -165,6 +176,8 @@ def expected_calibration_error(
     right-closed bins ``(lo, hi]`` with 0 in the first bin, quantile bins as
     ``numpy.array_split`` of the sorted confidences.
 
+    {on_device}
+
     Parameters
     ----------
     y_true : array-like of shape (n,)
@@ -206,8 +219,12 @@ def expected_calibration_error(
             y_true, y_prob, n_bins=n_bins, strategy=strategy, norm=norm, labels=labels
         )
     n_bins = _check_common(n_bins, strategy, norm)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    if is_torch_tensor(confidence):
+        xp = array_namespace(confidence)
+        sums = _array_api.binned_sums(confidence, outcome, n_bins, strategy, xp)
+        return float(norm_of_gaps(*sums, norm))
     return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
 
 
@@ -220,6 +237,8 @@ def maximum_calibration_error(
     .. math:: \mathrm{MCE} = \max_{b:\, n_b > 0} \lvert \bar o_b - \bar c_b \rvert
 
     Same as :func:`expected_calibration_error` with ``norm="max"``.
+
+    {on_device}
 
     {binned_classwise_parameters}
 
@@ -262,6 +281,8 @@ def classwise_calibration_error(
     one. Quantile bins sort every column. Not to be confused with the "ClassECE" of
     the CalAttn code (top-label ECE within each predicted class).
 
+    {on_device}
+
     Parameters
     ----------
     y_true : array-like of shape (n,)
@@ -295,6 +316,12 @@ def classwise_calibration_error(
     0.375
     """
     n_bins = _check_common(n_bins, strategy, norm)
+    if on_its_device(y_prob):
+        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+        if is_torch_tensor(y_prob):
+            xp = array_namespace(y_prob)
+            sums = _array_api.classwise_sums(y_index, y_prob, n_bins, strategy, xp)
+            return classwise_error(sums, norm)
     y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
     return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy, values), norm)
 
@@ -322,6 +349,8 @@ def debiased_calibration_error(
     square root. ``mode="classwise"`` computes it for every class's binary problem
     and returns :math:`\sqrt{\frac{1}{K}\sum_k \widehat{\mathrm{CE}}_k^2}` (Kumar
     et al.'s "marginal" mode). Equal-mass bins by default, as in their package.
+
+    {on_device}
 
     {prediction_inputs}
     n_bins : int, default=15
@@ -351,7 +380,17 @@ def debiased_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy)
     check_mode(mode, ERROR_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+    if is_torch_tensor(y_prob):
+        xp = array_namespace(y_prob)
+        if mode == CLASSWISE:
+            sums = _array_api.classwise_sums(y_index, y_prob, n_bins, strategy, xp)
+            return debiased_classwise_error(sums)
+        confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+        squared = _debiased_squared(
+            *_array_api.binned_sums(confidence, outcome, n_bins, strategy, xp)
+        )
+        return float(np.sqrt(max(float(squared), 0.0)))
     if mode == CLASSWISE:
         return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)

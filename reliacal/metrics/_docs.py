@@ -10,6 +10,8 @@ order; a function with parameters of its own starts its section with
 
 from __future__ import annotations
 
+from reliacal._docstrings import ON_DEVICE_DOC
+
 __all__ = ["METRIC_DOCS"]
 
 _PREDICTION_INPUTS = """\
@@ -51,6 +53,7 @@ METRIC_DOCS = {
     # the same with mode="classwise" allowed
     "binned_classwise_parameters": _PREDICTION_INPUTS + _BINNING + _MODE_CLASSWISE + _LABELS,
     "binning": _BINNING.lstrip("\n"),
+    "on_device": ON_DEVICE_DOC,
     "mode": _MODE.lstrip("\n"),
     "labels": _LABELS.lstrip("\n"),
     "mode_classwise": _MODE_CLASSWISE.lstrip("\n"),

@@ -17,7 +17,13 @@ import sys
 
 import numpy as np
 
-from reliacal._validation import check_probabilities, check_probability_inputs, to_numpy
+from reliacal._validation import (
+    check_probabilities,
+    check_probability_inputs,
+    check_tensor_probabilities,
+    on_its_device,
+    to_numpy,
+)
 
 __all__ = [
     "check_prediction_inputs",
@@ -187,7 +193,21 @@ def _check_no_missing_labels(y_true: np.ndarray) -> None:
         )
 
 
-def check_predictions(y_true, y_prob, *, labels=None):
+def _read_predictions(y_true, y_prob, labels):
+    """``(y_true, y_prob, labels)`` as the checks take them.
+
+    A DataFrame's columns put in class order (and read as an array), the labels read
+    as a numpy array and refused where one is missing.
+    """
+    if is_pandas_frame(y_prob):
+        y_prob, labels = in_class_order(y_prob, labels)
+        y_prob = y_prob.to_numpy()
+    y_true = to_numpy(y_true, "y_true")
+    _check_no_missing_labels(y_true)
+    return y_true, y_prob, labels
+
+
+def check_predictions(y_true, y_prob, *, labels=None, on_device: bool = False):
     """Validate labels and probabilities as every metric does; map the labels to columns.
 
     :func:`reliacal._validation.check_probabilities`, after a pandas DataFrame's
@@ -202,11 +222,17 @@ def check_predictions(y_true, y_prob, *, labels=None):
         Predicted probabilities.
     labels : array-like of shape (K,), optional
         The class of each column (of each named column, for a DataFrame).
+    on_device : bool, default=False
+        Keep a torch tensor ``y_prob`` where it lies (a CPU tensor only when the
+        device paths run on the CPU), for the metrics that compute there; the
+        others read it as a numpy array (a host copy).
 
     Returns
     -------
     y_index, y_prob, classes
-        As :func:`reliacal._validation.check_probabilities`.
+        As :func:`reliacal._validation.check_probabilities`; with ``on_device``, a
+        torch ``y_prob`` gives tensors on its device
+        (:func:`reliacal._validation.check_tensor_probabilities`).
 
     Examples
     --------
@@ -221,11 +247,12 @@ def check_predictions(y_true, y_prob, *, labels=None):
     ...
     ValueError: y_true has 1 missing label (NaN or None; first in row 1): ...
     """
-    if is_pandas_frame(y_prob):
-        y_prob, labels = in_class_order(y_prob, labels)
-        y_prob = y_prob.to_numpy()
-    y_true = to_numpy(y_true, "y_true")
-    _check_no_missing_labels(y_true)
+    if on_device and on_its_device(y_prob):
+        # Checked on its device; a doubt is diagnosed below, on a host copy.
+        checked = check_tensor_probabilities(y_true, y_prob, labels=labels)
+        if checked is not None:
+            return checked
+    y_true, y_prob, labels = _read_predictions(y_true, y_prob, labels)
     return check_probabilities(y_true, y_prob, labels=labels)
 
 
@@ -236,9 +263,5 @@ def check_prediction_inputs(y_true, y_prob, *, labels=None):
     :class:`reliacal._validation.ProbabilityValues` that a pass over a 2-D ``y_prob``
     runs block by block (:func:`reliacal.metrics._predictions.scan_matrix` takes it).
     """
-    if is_pandas_frame(y_prob):
-        y_prob, labels = in_class_order(y_prob, labels)
-        y_prob = y_prob.to_numpy()
-    y_true = to_numpy(y_true, "y_true")
-    _check_no_missing_labels(y_true)
+    y_true, y_prob, labels = _read_predictions(y_true, y_prob, labels)
     return check_probability_inputs(y_true, y_prob, labels=labels)

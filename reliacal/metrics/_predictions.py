@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reliacal._validation import check_classwise_bins
+from reliacal._validation import array_namespace, check_classwise_bins
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
 from reliacal.metrics.modes import POSITIVE, SCORE_MODES, check_mode
 
@@ -463,9 +463,11 @@ def confidences_and_outcomes(
     ``"top-label"``: ``(max_k p_k, [argmax_k p_k == y])``; 1-D input is the binary
     matrix ``[1 - p, p]`` (so ``p = 0.5`` predicts the negative class).
     ``"positive"``: ``(p(positive), [y == positive])`` for 1-D input or two columns.
-    Both are float64 confidences (``-0.0`` normalised to ``0.0``) and boolean outcomes.
+    Both are float64 confidences (``-0.0`` normalised to ``0.0``) and boolean outcomes,
+    numpy arrays or torch tensors on ``y_prob``'s device.
     """
     check_mode(mode, SCORE_MODES)
+    xp = array_namespace(y_prob)
     if mode == POSITIVE:
         if y_prob.ndim == 2:
             if y_prob.shape[1] != 2:
@@ -477,10 +479,14 @@ def confidences_and_outcomes(
             positive = y_prob[:, 1]
         else:
             positive = y_prob
-        return without_negative_zero(positive.astype(np.float64)), y_index == 1
+        return without_negative_zero(xp.astype(positive, xp.float64)), y_index == 1
     if y_prob.ndim == 1:
-        positive = y_prob.astype(np.float64)
-        predicted = (positive > 0.5).astype(np.int64)
-        return np.maximum(positive, 1.0 - positive), predicted == y_index
+        positive = xp.astype(y_prob, xp.float64)
+        predicted = xp.astype(positive > 0.5, xp.int64)
+        return xp.maximum(positive, 1.0 - positive), predicted == y_index
+    if xp is not np:  # a tensor, read on its device (the blocked scan is numpy's)
+        # Ties go to the lowest column, as numpy.argmax (and torch.argmax).
+        confidence = xp.astype(xp.max(y_prob, axis=1), xp.float64) + 0.0
+        return confidence, xp.argmax(y_prob, axis=1) == y_index
     scan = scan_matrix(y_prob, y_index)
     return without_negative_zero(scan.confidence), scan.correct

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from reliacal._docstrings import shared_doc
-from reliacal._validation import to_numpy
+from reliacal._validation import array_namespace, is_torch_tensor, to_numpy
+from reliacal.metrics import _array_api
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._inputs import check_predictions
 from reliacal.metrics._predictions import scan_matrix
@@ -60,6 +61,8 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     ``sklearn.metrics.log_loss`` (natural logarithm). 1-D input is the
     positive-class probability of a binary problem.
 
+    {on_device}
+
     {score_parameters}
 
     Returns
@@ -76,7 +79,9 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     >>> round(negative_log_likelihood([0, 1], [[0.8, 0.2], [0.4, 0.6]]), 6)
     0.366985
     """
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+    if is_torch_tensor(y_prob):
+        return _array_api.negative_log_likelihood(y_index, y_prob, array_namespace(y_prob))
     true_probability = _true_class_probability(y_index, y_prob)
     return float(np.mean(clipped_log_loss(true_probability, y_prob.dtype)))
 
@@ -93,6 +98,8 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     ``scale_by_half=False`` for two columns). 1-D binary input uses
     :math:`\frac{1}{n}\sum_i (p_i - y_i)^2` (range [0, 1]); two columns therefore
     give twice the 1-D value.
+
+    {on_device}
 
     {score_parameters}
 
@@ -113,7 +120,9 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     >>> round(brier_score([0, 1], [0.2, 0.6]), 6)
     0.1
     """
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+    if is_torch_tensor(y_prob):
+        return _array_api.brier_score(y_index, y_prob, array_namespace(y_prob))
     if y_prob.ndim == 1:
         positive = y_prob.astype(np.float64)
         return float(np.mean((positive - y_index) ** 2))
@@ -130,6 +139,8 @@ def accuracy(y_true, y_prob, *, labels=None) -> float:
     Ties go to the lowest column (as ``numpy.argmax``); 1-D input predicts the
     positive class when ``p > 0.5``.
 
+    {on_device}
+
     {score_parameters}
 
     Returns
@@ -142,7 +153,9 @@ def accuracy(y_true, y_prob, *, labels=None) -> float:
     >>> accuracy(["a", "b"], [[0.8, 0.2], [0.6, 0.4]], labels=["a", "b"])
     0.5
     """
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
+    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+    if is_torch_tensor(y_prob):
+        return _array_api.accuracy(y_index, y_prob, array_namespace(y_prob))
     if y_prob.ndim == 1:
         return float(np.mean((y_prob > 0.5) == (y_index == 1)))
     return float(np.mean(np.argmax(y_prob, axis=1) == y_index))
