@@ -186,20 +186,7 @@ class _AdaptiveTemperatureNetwork(nn.Module):
         weight = inputs[2] if len(inputs) > 2 else torch.ones_like(logits[:, 0])
         mean, scale = self.posterior(features)
         latent = mean + scale * torch.randn_like(scale) if self.training else mean
-        temperature = self.temperature_of(latent, logits)
-        reconstruction = self.decoder(latent)
-        # Laplace(h; h_hat, 1): -log p = |h - h_hat| + log 2 per dimension.
-        reconstruction_nll = ((features - reconstruction).abs() + math.log(2.0)).sum(dim=-1)
-        return _AdaptiveOutput(
-            logits=logits / temperature[:, None],
-            temperature=temperature,
-            reconstruction_nll=reconstruction_nll,
-            posterior_mean=mean,
-            posterior_scale=scale,
-            prior_mean=self.prior_mean,
-            prior_scale=_positive(self.prior_raw_scale),
-            sample_weight=weight,
-        )
+        return _outputs_at(self, latent, mean, scale, features, logits, weight)
 
     @torch.no_grad()
     def sampled_probabilities(
@@ -229,6 +216,28 @@ class _AdaptiveTemperatureNetwork(nn.Module):
             probabilities += torch.softmax(logits / temperature[:, None], dim=-1)
             temperatures += temperature
         return probabilities / n_draws, temperatures / n_draws
+
+
+def _outputs_at(network, latent, mean, scale, features, logits, weight) -> _AdaptiveOutput:
+    """``network``'s outputs at ``latent``, a code drawn from ``q(u | h) = N(mean, scale^2)``.
+
+    Shared by the single network and the stacked one (whose tensors carry a
+    leading member axis): temperature, reconstruction and the terms of the loss.
+    """
+    temperature = network.temperature_of(latent, logits)
+    reconstruction = network.decoder(latent)
+    # Laplace(h; h_hat, 1): -log p = |h - h_hat| + log 2 per dimension.
+    reconstruction_nll = ((features - reconstruction).abs() + math.log(2.0)).sum(dim=-1)
+    return _AdaptiveOutput(
+        logits=logits / temperature[..., None],
+        temperature=temperature,
+        reconstruction_nll=reconstruction_nll,
+        posterior_mean=mean,
+        posterior_scale=scale,
+        prior_mean=network.prior_mean,
+        prior_scale=_positive(network.prior_raw_scale),
+        sample_weight=weight,
+    )
 
 
 def _linear_widths(sequence: nn.Sequential) -> list[int]:

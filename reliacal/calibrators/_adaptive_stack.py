@@ -14,7 +14,8 @@ same latent samples (a generator per member seeded with the loop's host
 seed, advanced as the loop's validation pass advances torch's), the same
 validation scores and the same rule for the kept epoch (lowest validation
 NLL, never a chance-level epoch while another is above chance) and early
-stopping. What differs is the rounding of the batched products, which
+stopping. What differs is rounding (the batched products, the class
+log-likelihoods through an expanded square, a fused optimiser step), which
 training can amplify, so the members are close to the one-by-one ones, not
 equal bit for bit. A member that stops early leaves the stack, so that the
 others train at the cost of the members still training.
@@ -37,6 +38,7 @@ from reliacal.calibrators._adaptive_network import (
     _AdaptiveOutput,
     _AdaptiveTemperatureNetwork,
     _gaussian_kl,
+    _outputs_at,
     _positive,
     confidence_statistics,
 )
@@ -140,13 +142,22 @@ class _StackedAdaptiveNetwork(nn.Module):
         return self.posterior_mean_head(hidden), _positive(self.posterior_scale_head(hidden))
 
     def class_log_likelihoods(self, latent: torch.Tensor) -> torch.Tensor:
-        """``l[m, b, k] = log N(u_mb; m_mk, diag s_mk^2)``, shape (M, B, K)."""
+        """``l[m, b, k] = log N(u_mb; m_mk, diag s_mk^2)``, shape (M, B, K).
+
+        The square is expanded, ``sum_l (u_l - m_kl)^2 / s_kl^2 = u^2 . s_k^-2
+        - 2 u . (m_k s_k^-2) + m_k^2 . s_k^-2``, so that two batched products
+        replace the ``(M, B, K, L)`` differences and their backward pass.
+        """
         prior_scale = _positive(self.prior_raw_scale)
-        standardised = (latent[:, :, None, :] - self.prior_mean[:, None]) / prior_scale[:, None]
-        per_dim = (
-            -0.5 * standardised.square() - prior_scale.log()[:, None] - 0.5 * math.log(2 * math.pi)
+        inverse_variance = prior_scale.square().reciprocal()
+        scaled_mean = self.prior_mean * inverse_variance
+        constant = (
+            -0.5 * (self.prior_mean * scaled_mean).sum(dim=-1)
+            - prior_scale.log().sum(dim=-1)
+            - 0.5 * latent.shape[-1] * math.log(2 * math.pi)
         )
-        return per_dim.sum(dim=-1)
+        linear = torch.baddbmm(constant[:, None, :], latent, scaled_mean.transpose(1, 2))
+        return torch.baddbmm(linear, latent.square(), inverse_variance.transpose(1, 2), alpha=-0.5)
 
     def temperature_of(self, latent: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         inputs = self.class_log_likelihoods(latent)
@@ -162,19 +173,7 @@ class _StackedAdaptiveNetwork(nn.Module):
         features, logits, weight = inputs
         mean, scale = self.posterior(features)
         latent = mean if noise is None else mean + scale * noise
-        temperature = self.temperature_of(latent, logits)
-        reconstruction = self.decoder(latent)
-        reconstruction_nll = ((features - reconstruction).abs() + math.log(2.0)).sum(dim=-1)
-        return _AdaptiveOutput(
-            logits=logits / temperature[..., None],
-            temperature=temperature,
-            reconstruction_nll=reconstruction_nll,
-            posterior_mean=mean,
-            posterior_scale=scale,
-            prior_mean=self.prior_mean,
-            prior_scale=_positive(self.prior_raw_scale),
-            sample_weight=weight,
-        )
+        return _outputs_at(self, latent, mean, scale, features, logits, weight)
 
     @torch.no_grad()
     def member_state(self, index: int) -> dict[str, torch.Tensor]:
@@ -345,12 +344,13 @@ def fit_stacked(
     batch_size = int(config.batch_size)
 
     def new_optimizer(state=None):
-        # foreach: one call per operation over every tensor, the same numbers as one by one.
+        # fused: one pass over each stacked tensor for the whole update, the same formula
+        # as one by one up to rounding.
         optimizer = torch.optim.AdamW(
             stack.parameters(),
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
-            foreach=True,
+            fused=True,
         )
         if state is not None:
             optimizer.load_state_dict(state)
@@ -387,7 +387,7 @@ def fit_stacked(
                 outputs = stack((features[rows], logits[rows], weights[rows]), noise)
                 losses = loss_fn(outputs, targets[rows])
                 losses.sum().backward()
-                _check_step(stack, losses, active, networks, epoch, step)
+                _check_step(stack, optimizer, losses, active, networks, epoch, step)
                 optimizer.step()
                 loss_sum += losses.detach().double() * rows.shape[1]
             train_loss = (loss_sum / n_train).tolist()
@@ -477,13 +477,14 @@ def fit_stacked(
     return results
 
 
-def _check_step(stack, losses, active, networks, epoch, step) -> None:
+def _check_step(stack, optimizer, losses, active, networks, epoch, step) -> None:
     """Raise TrainingDivergedError for the first member whose loss or gradient is not finite.
 
     Checked before the optimiser's step: the live weights are those that met the batch.
     """
     with torch.no_grad():
-        grads = [p.grad for p in stack.parameters() if p.grad is not None]
+        # The optimiser's list of the parameters: walking the module tree each step costs more.
+        grads = [p.grad for p in optimizer.param_groups[0]["params"] if p.grad is not None]
         # One norm over every gradient: finite on almost every step, then nothing to find.
         if bool(torch.isfinite(losses.sum() + torch.nn.utils.get_total_norm(grads))):
             return

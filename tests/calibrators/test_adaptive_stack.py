@@ -101,6 +101,31 @@ def test_the_stacked_forward_and_loss_are_each_members_own(confidence_inputs):
     assert bool((first_layer[1] != 0).any())
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_stacked_class_log_likelihoods_match_normal_log_prob(dtype):
+    # The stack expands the square into two batched products; the oracle is
+    # torch.distributions on each member's own priors, in float64.
+    networks = _networks(3, False, n_classes=6)
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for network in networks:
+            # Scales from about 0.05 to 20 and means away from zero, where an expanded
+            # square loses most to rounding.
+            network.prior_raw_scale.copy_(6 * torch.rand(6, 3, generator=generator) - 3)
+            network.prior_mean.mul_(4).add_(2)
+    stack = _StackedAdaptiveNetwork(networks).to(dtype)
+    latent = (3 * torch.randn(3, 20, 3, generator=generator, dtype=torch.float64) + 2).to(dtype)
+    got = stack.class_log_likelihoods(latent)
+    assert got.shape == (3, 20, 6) and got.dtype == dtype
+    for m, network in enumerate(networks):
+        scale = torch.nn.functional.softplus(network.prior_raw_scale.double()).clamp_min(1e-3)
+        prior = torch.distributions.Normal(network.prior_mean.double(), scale)
+        expected = prior.log_prob(latent[m].double()[:, None, :]).sum(-1)
+        # float32: the rounding of terms as large as the log-likelihood itself.
+        tolerance = 1e-10 if dtype == torch.float64 else 1e-4 * float(expected.abs().max())
+        torch.testing.assert_close(got[m].double(), expected, rtol=0, atol=tolerance)
+
+
 @pytest.mark.parametrize("confidence_inputs", [False, True])
 def test_member_states_round_trip_and_keep_drops_members(confidence_inputs):
     networks = _networks(3, confidence_inputs)
