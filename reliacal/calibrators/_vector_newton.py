@@ -67,6 +67,12 @@ _FINAL_STEP = 1e-2
 # Armijo's constant, and the halvings of one step before the fit gives up.
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 30
+# Above this many classes a pass after a step shorter than _REUSE_STEP skips the outer
+# products: the last Hessian's factor, updated by BFGS, gives the step.
+_REUSE_HESSIAN_CLASSES = 256
+_REUSE_STEP = 0.5
+# Quasi-Newton steps go on below tol until they are this short.
+_FINAL_CHORD_STEP = 1e-5
 # Passes after which the fit gives up (the caller then runs L-BFGS).
 _MAX_PASSES = 100
 
@@ -99,8 +105,11 @@ class _VectorObjective:
             chunk = chunk * self.inverse_scale  # a power of two: exact
         return chunk
 
-    def evaluate(self, coef, intercept):
-        """``(loss, gradient, hessian)`` at ``(coef, intercept)`` from one pass."""
+    def evaluate(self, coef, intercept, with_hessian=True):
+        """``(loss, gradient, hessian)`` at ``(coef, intercept)`` from one pass.
+
+        ``hessian`` is None unless ``with_hessian``.
+        """
         n_samples, n_classes = self.logits.shape
         self.n_passes += 1
         first = self.label_gradient is None
@@ -109,7 +118,8 @@ class _VectorObjective:
         nll = 0.0
         grad_a, grad_b = np.zeros(n_classes), np.zeros(n_classes)
         diag_aa = np.zeros(n_classes)
-        outer = np.zeros((2 * n_classes, 2 * n_classes), dtype=self.hessian_dtype)
+        size = 2 * n_classes
+        outer = np.zeros((size, size), self.hessian_dtype) if with_hessian else None
         ones = np.ones(n_classes)
         for start in range(0, n_samples, self.rows):
             stop = min(start + self.rows, n_samples)
@@ -128,10 +138,12 @@ class _VectorObjective:
             scaled = probabilities * z  # p * z
             grad_b += weights @ probabilities
             grad_a += weights @ scaled
-            diag_aa += weights @ (scaled * z)
             if first:
                 label_a += np.bincount(labels, weights * z[index, labels], n_classes)
                 label_b += np.bincount(labels, weights, n_classes)
+            if not with_hessian:
+                continue
+            diag_aa += weights @ (scaled * z)
             root = np.sqrt(weights)[:, None]
             stacked = np.empty((stop - start, 2 * n_classes), dtype=self.hessian_dtype)
             np.multiply(scaled, root, out=stacked[:, :n_classes], casting="same_kind")
@@ -140,6 +152,12 @@ class _VectorObjective:
         if first:
             self.label_gradient = (label_a, label_b)
         label_a, label_b = self.label_gradient
+        loss = nll + self.bias_weight * float(intercept @ intercept)
+        gradient = np.concatenate(
+            [grad_a - label_a, grad_b - label_b + 2.0 * self.bias_weight * intercept]
+        )
+        if not with_hessian:
+            return loss, gradient, None
         # D's diagonals (their b-b and a-b parts are the p-weighted sums of the gradient).
         hessian = -outer.astype(np.float64)
         diagonal = np.arange(n_classes)
@@ -149,22 +167,20 @@ class _VectorObjective:
         hessian[diagonal + n_classes, diagonal + n_classes] += grad_b + 2.0 * self.bias_weight
         # The product left its lower and upper triangles equal only to rounding.
         hessian = 0.5 * (hessian + hessian.T)
-        loss = nll + self.bias_weight * float(intercept @ intercept)
-        gradient = np.concatenate(
-            [grad_a - label_a, grad_b - label_b + 2.0 * self.bias_weight * intercept]
-        )
         return loss, gradient, hessian
 
 
-def _newton_step(hessian, gradient):
-    """``s`` solving ``H s = -g``; ``H``'s null direction ``b -> b + c`` filled in first.
+def _factor(hessian):
+    """Cholesky factor of ``H``, its null direction ``b -> b + c`` filled in; None if none.
+
+    ``-cho_solve(factor, g)`` is then the Newton step.
 
     The gradient is orthogonal to that direction (the probabilities of a row
     sum to one), so adding its outer product leaves the solution unchanged
     where ``H`` is regular and makes it regular there. Other near-null
     directions (a class whose logits are all zero) get a small ridge.
     """
-    size = len(gradient)
+    size = len(hessian)
     n_classes = size // 2
     shift = np.zeros(size)
     shift[n_classes:] = 1.0 / np.sqrt(n_classes)
@@ -179,9 +195,8 @@ def _newton_step(hessian, gradient):
         except np.linalg.LinAlgError:
             ridge *= 100.0
             continue
-        step = -scipy.linalg.cho_solve(factor, gradient, check_finite=False)
-        if np.all(np.isfinite(step)):
-            return step
+        if np.all(np.isfinite(factor[0])):
+            return factor
         ridge *= 100.0
     return None
 
@@ -202,12 +217,20 @@ def fit_vector_newton(
     accepted = None  # (theta, loss, gradient, step) of the last accepted point
     fraction = 1.0
     n_iter = shortened = 0
+    # Many classes: the outer products cost several times the rest of a pass, so passes
+    # after a short step reuse the last factor, corrected by the BFGS updates of the
+    # gradients seen since (quasi-Newton steps from the last Hessian).
+    reuse = n_classes > _REUSE_HESSIAN_CLASSES
+    factor, previous_length, pairs = None, np.inf, []
     with (
         single_threaded_blas() if small else contextlib.nullcontext(),
         np.errstate(over="ignore", under="ignore", invalid="ignore"),
     ):
         while objective.n_passes < min(max_iter, _MAX_PASSES):
-            loss, gradient, hessian = objective.evaluate(theta[:n_classes], theta[n_classes:])
+            with_hessian = factor is None or not (reuse and previous_length <= _REUSE_STEP)
+            loss, gradient, hessian = objective.evaluate(
+                theta[:n_classes], theta[n_classes:], with_hessian
+            )
             if accepted is not None and not _sufficient_decrease(accepted, fraction, loss):
                 fraction *= 0.5  # backtrack along the last step
                 if fraction < 0.5**_MAX_HALVINGS:
@@ -217,11 +240,21 @@ def fit_vector_newton(
             if not (np.isfinite(loss) and np.all(np.isfinite(gradient))):
                 return None, objective.n_passes
             n_iter += 1
-            step = _newton_step(hessian, gradient)
-            if step is None:
-                return None, objective.n_passes
-            longest = _step_length(step, theta)
-            if float(np.max(np.abs(gradient))) <= tol:
+            if with_hessian:
+                factor, pairs = _factor(hessian), []
+                if factor is None:
+                    return None, objective.n_passes
+            else:
+                moved, change = theta - accepted[0], gradient - accepted[2]
+                if moved @ change > 0:  # the curvature along the move (convex: always)
+                    pairs.append((moved, change))
+            step = -_quasi_newton_direction(factor, pairs, gradient)
+            longest = previous_length = _step_length(step, theta)
+            converged = float(np.max(np.abs(gradient))) <= tol
+            if converged and not with_hessian and longest > _FINAL_CHORD_STEP:
+                # A quasi-Newton step's error is a fraction of its length, not its square.
+                converged = False
+            if converged:
                 if longest > _FINAL_STEP:
                     # A long step on a flat loss: a parameter heads to infinity.
                     return None, objective.n_passes
@@ -234,6 +267,25 @@ def fit_vector_newton(
             accepted, fraction = (theta, loss, gradient, step), 1.0
             theta = theta + step
     return None, objective.n_passes
+
+
+def _quasi_newton_direction(factor, pairs, gradient):
+    """``H^-1 g`` for the BFGS update of the factored ``H`` by ``pairs`` (two-loop recursion).
+
+    ``pairs`` are ``(s, y)``: moves of the parameters and the changes of the
+    gradient they made; none gives the Newton direction of the factored ``H``.
+    """
+    direction, coefficients = gradient.copy(), []
+    for moved, change in reversed(pairs):
+        rho = 1.0 / float(moved @ change)
+        alpha = rho * float(moved @ direction)
+        direction -= alpha * change
+        coefficients.append((rho, alpha))
+    direction = scipy.linalg.cho_solve(factor, direction, check_finite=False)
+    for (moved, change), (rho, alpha) in zip(pairs, reversed(coefficients)):
+        beta = rho * float(change @ direction)
+        direction += (alpha - beta) * moved
+    return direction
 
 
 def _step_length(step, theta) -> float:
