@@ -20,14 +20,20 @@ A fit
    divided by the power of two ``2**k`` that brings their largest row range
    near 1 (the temperature solver's ``k``; 0 for ordinary logits), so that
    extreme scales neither overflow nor underflow;
-2. takes Newton steps ``H s = -g`` (shorter when a component exceeds
-   ``_MAX_STEP``; ``H`` is singular along ``b -> b + c`` without a penalty,
+2. takes Newton steps ``H s = -g`` (shortened to ``_MAX_STEP``, see
+   ``_step_length``; ``H`` is singular along ``b -> b + c`` without a penalty,
    a direction the gradient never has, and is solved with that direction's
    curvature filled in), backtracking on the true loss, which the next pass
    computes with the next ``g`` and ``H``;
 3. stops once the largest gradient component is below ``tol`` (the test of
    L-BFGS-B's ``gtol``), and then adds the last Newton step (short there),
    which puts the solution at the optimum within the square of that step.
+
+With many classes (``_REUSE_HESSIAN_CLASSES``) the outer products cost most
+of a pass: after a step shorter than ``_REUSE_STEP`` a pass computes only
+the loss and ``g``, and the step comes from the last Hessian's factor
+updated by BFGS with the gradients seen since (quasi-Newton steps, which
+go on below ``tol`` until one is shorter than ``_FINAL_CHORD_STEP``).
 
 ``None`` is returned when the steps stop decreasing the loss, when they keep
 heading far away or stay long on a flat loss (no finite optimum: a class the

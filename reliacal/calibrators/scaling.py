@@ -264,8 +264,10 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
 
     Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural
     Networks", ICML 2017 (the extension of temperature scaling with ``2K``
-    parameters). Fitted by L-BFGS (scipy, analytic gradient, float64) from
-    ``w = 1, b = 0`` on the mean (weighted) NLL plus the intercept part of
+    parameters). Fitted by Newton's method (float64, one pass over the logits
+    a step) from the NLL-optimal temperature, ``w = 1 / T, b = 0``, and by
+    L-BFGS (scipy) from ``w = 1, b = 0`` where the optimum is not finite, on
+    the mean (weighted) NLL plus the intercept part of
     the ODIR penalty of Kull et al. (2019), ``mu / K * sum_j b_j^2`` (the
     off-diagonal part of ODIR is zero for a diagonal map). Unlike
     temperature scaling it can change the predicted class.

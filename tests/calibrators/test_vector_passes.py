@@ -114,24 +114,9 @@ def test_cifar_100_records_reach_the_bfgs_optimum(name, load_record):
     _check_against_oracle(fitted, logits, labels, atol=1e-4)
 
 
-class _CountingLogits(np.ndarray):
-    """Logits that count the rows sliced (``[a:b]``) or gathered (``[rows]``) out of them."""
-
-    def __array_finalize__(self, obj):
-        self.counts = None  # views of the logits (the chunks) do not count
-
-    def __getitem__(self, key):
-        result = super().__getitem__(key)
-        if self.counts is not None:
-            kind = "sliced" if isinstance(key, slice) else "gathered"
-            self.counts[kind] += len(result)
-        return result
-
-
-def test_the_pass_counter_counts_the_rows_read(mixed_logits):
+def test_the_pass_counter_counts_the_rows_read(mixed_logits, counting_logits):
     logits, y = mixed_logits(11, n=5000, n_classes=7)
-    counting = logits.view(_CountingLogits)
-    counting.counts = {"sliced": 0, "gathered": 0}
+    counting = counting_logits(logits)
     fit = newton.fit_vector_scaling(counting, y, None, bias_weight=0.0, tol=1e-6, max_iter=100)
     assert fit.solution is not None
     # Every pass (the temperature's and Newton's) slices each row once.
@@ -195,12 +180,9 @@ def test_a_separated_class_is_fitted_as_before():
 
 
 @pytest.mark.parametrize("scale", [1e38, 1e-34, 1e-300, 1e300, 1e4, 1e-4])
-def test_extreme_scales_give_the_scaled_optimum(scale):
-    # The tests' extreme-scale problem of TemperatureScaling: a(c z) = a(z) / c.
-    rng = np.random.default_rng(15)
-    y = rng.integers(0, 4, size=400)
-    logits = rng.normal(size=(400, 4)) + 3.0 * np.eye(4)[y]
-    y = np.where(rng.random(400) < 0.1, (y + 1) % 4, y)
+def test_extreme_scales_give_the_scaled_optimum(scale, scale_problem):
+    # The extreme-scale problem of TemperatureScaling's tests: a(c z) = a(z) / c.
+    logits, y = scale_problem
     reference = VectorScaling().fit(logits, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
