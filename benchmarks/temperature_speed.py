@@ -32,6 +32,16 @@ Usage::
 
 ``--cases 4000x2`` times other shapes instead (a binary problem there: the
 per-fit overhead, not the passes over the data, dominates).
+
+``--vector`` times ``VectorScaling`` instead (its own results file), on the
+50,000 x 1,000 logits and the four CIFAR records: its Newton fit (started from
+the temperature's optimum; ``n_passes_`` counts its passes over the logits)
+beside the L-BFGS fit it had before (``_LogitScaling._fit_core``, one pass per
+loss evaluation), with the loss (mean NLL, float64, one function) and its
+largest gradient component at both solutions::
+
+    python benchmarks/temperature_speed.py --vector --repeats 3 \\
+        --output benchmarks/results/vector_scaling_speed.md
 """
 
 from __future__ import annotations
@@ -49,7 +59,8 @@ from _posthoc_data import DATA_DIR, RECORDS
 from scipy.optimize import brentq
 from scipy.special import log_softmax, softmax
 
-from reliacal.calibrators import TemperatureScaling, _temperature_nll
+from reliacal.calibrators import TemperatureScaling, VectorScaling, _temperature_nll
+from reliacal.calibrators.scaling import _LogitScaling
 
 CASES = ((10_000, 100), (50_000, 1_000))
 # The goals of the fit (issue 31): time ratios to these peers at 50,000 x 1,000, and
@@ -378,6 +389,111 @@ def markdown(results, scale_rows, skipped, argv, load_before) -> str:
     return "\n".join(lines)
 
 
+class LbfgsVectorScaling(VectorScaling):
+    """VectorScaling fitted by the shared L-BFGS code, as before its Newton solver;
+    ``n_passes_`` counts the loss evaluations (one pass over the logits each)."""
+
+    def _fit_core(self, features, logits, y_index, sample_weight):
+        self.n_passes_ = 0
+        _LogitScaling._fit_core(self, features, logits, y_index, sample_weight)
+
+    def _loss(self, parameters, logits, y_index, weights):
+        self.n_passes_ += 1
+        return super()._loss(parameters, logits, y_index, weights)
+
+
+def vector_cases():
+    """``(name, logits, y)``: the synthetic 50,000 x 1,000 logits and the CIFAR records."""
+    yield "float32 logits 50,000 x 1,000", *make_logits(50_000, 1_000)
+    for name in RECORDS:
+        with np.load(DATA_DIR / f"{name}.npz") as record:
+            yield f"CIFAR record: {name}", np.log(record["predictions"]), record["ground_truth"]
+
+
+def loss_and_gradient(fitted, logits, y):
+    """The loss of vector scaling (float64) and its largest gradient component."""
+    parameters = np.concatenate([fitted.coef_, fitted.intercept_])
+    weights = np.full(len(y), 1.0 / len(y))
+    loss, gradient = fitted._loss(parameters, logits.astype(np.float64), y, weights)
+    return loss, float(np.abs(gradient).max())
+
+
+def run_vector_cases(repeats):
+    rows = []
+    for name, logits, y in vector_cases():
+        fits, times = {}, {"newton": np.inf, "lbfgs": np.inf}
+        # The L-BFGS fit takes minutes at 50,000 x 1,000: timed once there.
+        lbfgs_repeats = 1 if logits.size > 10**7 else repeats
+        for _ in range(repeats):
+            for kind, estimator in (("newton", VectorScaling), ("lbfgs", LbfgsVectorScaling)):
+                if kind == "lbfgs" and fits.get(kind) and lbfgs_repeats == 1:
+                    continue
+                start = time.perf_counter()
+                fits[kind] = estimator().fit(logits, y)
+                times[kind] = min(times[kind], time.perf_counter() - start)
+        newton, lbfgs = fits["newton"], fits["lbfgs"]
+        loss, gradient = loss_and_gradient(newton, logits, y)
+        lbfgs_loss, lbfgs_gradient = loss_and_gradient(lbfgs, logits, y)
+        rows.append(
+            {
+                "case": name,
+                "shape": f"{logits.shape[0]:,} x {logits.shape[1]:,} {logits.dtype}",
+                "newton": times["newton"],
+                "lbfgs": times["lbfgs"],
+                "passes": newton.n_passes_,
+                "steps": newton.n_iter_,
+                "lbfgs passes": lbfgs.n_passes_,
+                "loss": loss,
+                "relative": (loss - lbfgs_loss) / lbfgs_loss,
+                "gradient": gradient,
+                "lbfgs gradient": lbfgs_gradient,
+                "coef": max(
+                    np.abs(newton.coef_ - lbfgs.coef_).max(),
+                    np.abs(newton.intercept_ - lbfgs.intercept_).max(),
+                ),
+            }
+        )
+        print(
+            f"  {name:42s} Newton {rows[-1]['newton']:8.3f} s ({newton.n_passes_} passes)  "
+            f"L-BFGS {rows[-1]['lbfgs']:8.3f} s ({lbfgs.n_passes_} passes)  "
+            f"loss {loss:.15f} ({rows[-1]['relative']:+.1e})",
+            flush=True,
+        )
+    return rows
+
+
+def vector_markdown(rows, argv, load_before) -> str:
+    lines = [
+        *_common.header(
+            "Vector scaling: Newton's fit against L-BFGS, time and passes over the logits",
+            __file__,
+            argv,
+            load_before=load_before,
+            details="Times are the best of the repeats (L-BFGS at 50,000 x 1,000: one fit).",
+        ),
+        "Newton: `VectorScaling` (Newton steps from the NLL-optimal temperature; passes "
+        "include the temperature's, steps are the Newton steps). L-BFGS: the same objective "
+        "fitted by the shared L-BFGS code (`_LogitScaling._fit_core`, the fit before; a pass "
+        "per loss evaluation). ratio = L-BFGS time / Newton time. loss: mean NLL at the "
+        "Newton solution (float64); rel. to L-BFGS: (loss - L-BFGS loss) / L-BFGS loss "
+        "(negative: lower). |grad|: largest gradient component (L-BFGS stops below 1e-6). "
+        "|coef diff|: largest difference of the parameters (w, b).",
+        "",
+        "| case | logits | Newton (s) | passes | steps | L-BFGS (s) | L-BFGS passes | ratio "
+        "| loss | rel. to L-BFGS | \\|grad\\| | L-BFGS \\|grad\\| | \\|coef diff\\| |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['case']} | {row['shape']} | {row['newton']:.3f} | {row['passes']} | "
+            f"{row['steps']} | {row['lbfgs']:.3f} | {row['lbfgs passes']} | "
+            f"{row['lbfgs'] / row['newton']:.1f} | {row['loss']:.12f} | {row['relative']:.1e} | "
+            f"{row['gradient']:.1e} | {row['lbfgs gradient']:.1e} | {row['coef']:.1e} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def _case(text: str) -> tuple[int, int]:
     try:
         n_samples, n_classes = (int(part) for part in text.lower().split("x"))
@@ -396,8 +512,20 @@ def main(argv=None) -> int:
         default=list(CASES),
         help="shapes N x K to time (default: 10000x100 50000x1000)",
     )
+    parser.add_argument(
+        "--vector",
+        action="store_true",
+        help="time VectorScaling's Newton fit against its L-BFGS fit instead",
+    )
     _common.add_output_argument(parser, None)
     args = parser.parse_args(argv)
+    if args.vector:
+        load_before = _common.load_average()
+        print("VectorScaling: Newton against L-BFGS")
+        rows = run_vector_cases(args.repeats)
+        if args.output is not None:
+            _common.write_results(vector_markdown(rows, argv, load_before), args.output)
+        return 0
     fitters, skipped = available_fitters()
     load_before = _common.load_average()
     results = {}

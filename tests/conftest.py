@@ -391,3 +391,45 @@ def lbfgs_minimum():
     Returns ``objective()`` at the end.
     """
     return _lbfgs_minimum
+
+
+def _scale_problem():
+    rng = np.random.default_rng(15)
+    y = rng.integers(0, 4, size=400)
+    logits = rng.normal(size=(400, 4)) + 3.0 * np.eye(4)[y]
+    return logits, np.where(rng.random(400) < 0.1, (y + 1) % 4, y)
+
+
+@pytest.fixture
+def scale_problem():
+    """``(logits, y)``: 400 x 4 logits of unit scale, 10% of the labels moved; the
+    extreme-scale cases of the scaling calibrators multiply them by a constant."""
+    return _scale_problem()
+
+
+class _CountingLogits(np.ndarray):
+    """Logits that count the rows sliced (``[a:b]``) or gathered (``[rows]``) out of them."""
+
+    def __array_finalize__(self, obj):
+        self.counts = None  # views of the logits (the chunks) do not count
+
+    def __getitem__(self, key):
+        result = super().__getitem__(key)
+        if self.counts is not None:
+            kind = "sliced" if isinstance(key, slice) else "gathered"
+            self.counts[kind] += len(result)
+        return result
+
+
+def _counting(logits):
+    counting = np.asarray(logits).view(_CountingLogits)
+    counting.counts = {"sliced": 0, "gathered": 0}
+    return counting
+
+
+@pytest.fixture
+def counting_logits():
+    """``counting_logits(logits)``: a view whose ``counts`` dict adds up the rows sliced
+    (``"sliced"``: ``[a:b]``) and gathered (``"gathered"``: ``[rows]``) out of it: an
+    independent count of a solver's passes over the logits."""
+    return _counting

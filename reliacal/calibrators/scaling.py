@@ -30,6 +30,7 @@ from reliacal._init_arguments import store_init_arguments
 from reliacal._validation import is_torch_tensor
 from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
 from reliacal.calibrators._blas import single_threaded_blas
+from reliacal.calibrators._vector_newton import fit_vector_scaling
 from reliacal.metrics import nll_scorer
 
 __all__ = ["MatrixScaling", "VectorScaling", "check_matrix_size", "tuned_scaling"]
@@ -284,8 +285,10 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
 
     Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural
     Networks", ICML 2017 (the extension of temperature scaling with ``2K``
-    parameters). Fitted by L-BFGS (scipy, analytic gradient, float64) from
-    ``w = 1, b = 0`` on the mean (weighted) NLL plus the intercept part of
+    parameters). Fitted by Newton's method (float64, one pass over the logits
+    a step) from the NLL-optimal temperature, ``w = 1 / T, b = 0``, and by
+    L-BFGS (scipy) from ``w = 1, b = 0`` where the optimum is not finite, on
+    the mean (weighted) NLL plus the intercept part of
     the ODIR penalty of Kull et al. (2019), ``mu / K * sum_j b_j^2`` (the
     off-diagonal part of ODIR is zero for a diagonal map). Unlike
     temperature scaling it can change the predicted class.
@@ -308,6 +311,10 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
     coef_ : ndarray of shape (K,)
         The weights ``w``.
     {lbfgs_attributes}
+    n_passes_ : int
+        Passes over the logits of the fit (Newton's method from the NLL-optimal
+        temperature, whose passes are included; L-BFGS's loss evaluations where
+        it takes over); ``n_iter_`` then counts Newton steps.
     {base_attributes}
 
     See Also
@@ -342,6 +349,34 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
     def _coef_objective(self, coef, logits, logit_gradient):
         # ODIR's off-diagonal part is zero for a diagonal map: no penalty on w.
         return 0.0, np.einsum("ij,ij->j", logit_gradient, logits)
+
+    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+        # Newton's method reaches L-BFGS's optimum in a few passes over the logits; the
+        # shared L-BFGS fit (its passes counted) takes over wherever Newton's method fails.
+        fit = fit_vector_scaling(
+            logits,
+            y_index,
+            sample_weight,
+            bias_weight=self._bias_weight(logits.shape[1]),
+            tol=self.tol,
+            max_iter=self.max_iter,
+        )
+        if fit.solution is not None:
+            self.coef_, self.intercept_ = fit.solution.coef, fit.solution.intercept
+            self.n_iter_, self.n_passes_ = fit.solution.n_iter, fit.n_passes
+            return
+        evaluations = [0]
+
+        def counted_loss(*args):
+            evaluations[0] += 1
+            return type(self)._loss(self, *args)
+
+        self._loss = counted_loss
+        try:
+            super()._fit_core(features, logits, y_index, sample_weight)
+        finally:
+            del self._loss
+        self.n_passes_ = fit.n_passes + evaluations[0]
 
 
 def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:

@@ -1,0 +1,233 @@
+"""VectorScaling's Newton fit: the optimum, in few passes over the logits.
+
+References: scipy's BFGS on the loss of the shared L-BFGS code
+(``_LogitScaling._loss``, whose gradient test_scaling.py checks against
+finite differences), the shared L-BFGS fit itself (``_LogitScaling._fit_core``,
+the fit VectorScaling had before), and invariances that hold at the optimum
+(row repetition for integer weights, ``a(c z) = a(z) / c``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from reliacal.calibrators import ConvergenceWarning, VectorScaling
+from reliacal.calibrators import _vector_newton as newton
+from reliacal.calibrators.scaling import _LogitScaling
+
+
+class _LbfgsVectorScaling(VectorScaling):
+    """VectorScaling fitted by the shared L-BFGS code, as before the Newton solver."""
+
+    def _fit_core(self, features, logits, y_index, sample_weight):
+        _LogitScaling._fit_core(self, features, logits, y_index, sample_weight)
+
+
+def _weights(n_samples, sample_weight=None):
+    if sample_weight is None:
+        return np.full(n_samples, 1.0 / n_samples)
+    return sample_weight / sample_weight.sum()
+
+
+def _loss_and_gradient(fitted, logits, y, sample_weight=None):
+    parameters = np.concatenate([fitted.coef_, fitted.intercept_])
+    return fitted._loss(
+        parameters, np.asarray(logits, np.float64), y, _weights(len(y), sample_weight)
+    )
+
+
+def _bfgs_oracle(logits, y, reg_bias=0.0, sample_weight=None):
+    """``(coef, intercept, loss)`` minimised by scipy's BFGS from the identity map."""
+    logits = np.asarray(logits, np.float64)
+    n_classes = logits.shape[1]
+    loss = VectorScaling(reg_bias=reg_bias)._loss
+    result = minimize(
+        loss,
+        np.concatenate([np.ones(n_classes), np.zeros(n_classes)]),
+        args=(logits, y, _weights(len(y), sample_weight)),
+        jac=True,
+        method="BFGS",
+        options={"gtol": 1e-10, "maxiter": 10_000},
+    )
+    return result.x[:n_classes], result.x[n_classes:], result.fun
+
+
+def _check_against_oracle(fitted, logits, y, reg_bias=0.0, sample_weight=None, atol=1e-6):
+    coef, intercept, oracle_loss = _bfgs_oracle(logits, y, reg_bias, sample_weight)
+    loss, gradient = _loss_and_gradient(fitted, logits, y, sample_weight)
+    assert loss <= oracle_loss * (1 + 1e-12)
+    # Convex: a point where the gradient vanishes is the optimum.
+    assert np.abs(gradient).max() < 1e-8
+    # softmax is unchanged by b -> b + c, which BFGS and Newton both leave at sum(b) = 0
+    # when unpenalised (every gradient step is orthogonal to it).
+    np.testing.assert_allclose(fitted.coef_, coef, atol=atol)
+    np.testing.assert_allclose(fitted.intercept_, intercept, atol=atol)
+
+
+@pytest.mark.parametrize("name", ["lenet-5-cifar-10", "wideresnet-16-4-cifar-10"])
+def test_cifar_10_records_reach_the_bfgs_optimum_in_few_passes(name, load_record):
+    probabilities, labels = load_record(name)
+    logits = np.log(probabilities)
+    fitted = VectorScaling().fit(logits, labels)
+    assert fitted.n_passes_ <= 10
+    _check_against_oracle(fitted, logits, labels)
+
+
+# L-BFGS takes seconds on the CIFAR-100 records.
+@pytest.mark.parametrize(
+    "name",
+    [
+        "lenet-5-cifar-10",
+        "wideresnet-16-4-cifar-10",
+        pytest.param("lenet-5-cifar-100", marks=pytest.mark.slow),
+        pytest.param("wideresnet-16-4-cifar-100", marks=pytest.mark.slow),
+    ],
+)
+def test_cifar_records_beat_the_lbfgs_fit_in_few_passes(name, load_record):
+    probabilities, labels = load_record(name)
+    logits = np.log(probabilities)
+    fitted = VectorScaling().fit(logits, labels)
+    before = _LbfgsVectorScaling().fit(logits, labels)
+    assert fitted.n_passes_ <= 10
+    assert fitted.n_iter_ <= fitted.n_passes_ - 2  # the temperature's start takes two or more
+    loss, gradient = _loss_and_gradient(fitted, logits, labels)
+    lbfgs_loss, lbfgs_gradient = _loss_and_gradient(before, logits, labels)
+    assert loss <= lbfgs_loss * (1 + 1e-10)
+    assert np.abs(gradient).max() < 1e-3 * np.abs(lbfgs_gradient).max()
+    # L-BFGS stops at a gradient of 1e-6, in flat directions a few 1e-4 from the optimum.
+    np.testing.assert_allclose(
+        fitted.predict_proba(logits), before.predict_proba(logits), atol=1e-3
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lenet-5-cifar-100", "wideresnet-16-4-cifar-100"])
+def test_cifar_100_records_reach_the_bfgs_optimum(name, load_record):
+    probabilities, labels = load_record(name)
+    logits = np.log(probabilities)
+    fitted = VectorScaling().fit(logits, labels)
+    # Rare classes leave flat directions: BFGS's own error there is ~1e-5.
+    _check_against_oracle(fitted, logits, labels, atol=1e-4)
+
+
+def test_the_pass_counter_counts_the_rows_read(mixed_logits, counting_logits):
+    logits, y = mixed_logits(11, n=5000, n_classes=7)
+    counting = counting_logits(logits)
+    fit = newton.fit_vector_scaling(counting, y, None, bias_weight=0.0, tol=1e-6, max_iter=100)
+    assert fit.solution is not None
+    # Every pass (the temperature's and Newton's) slices each row once.
+    assert counting.counts["sliced"] == fit.n_passes * len(y)
+    assert 0 < counting.counts["gathered"] < len(y)  # the temperature's subset
+    assert fit.n_passes <= 10
+
+
+@pytest.mark.parametrize("reg_bias", [0.0, 0.5, 20.0])
+def test_the_bias_penalty_is_honoured(reg_bias, mixed_logits):
+    logits, y = mixed_logits(12, n=800, n_classes=5)
+    fitted = VectorScaling(reg_bias=reg_bias).fit(logits, y)
+    _check_against_oracle(fitted, logits, y, reg_bias=reg_bias)
+    if reg_bias:
+        free = VectorScaling().fit(logits, y)
+        assert np.abs(fitted.intercept_).sum() < np.abs(free.intercept_).sum()
+
+
+def test_sample_weights_are_honoured(mixed_logits):
+    logits, y = mixed_logits(13, n=700, n_classes=4)
+    counts = np.random.default_rng(0).integers(0, 4, size=len(y))
+    weighted = VectorScaling().fit(logits, y, sample_weight=counts.astype(float))
+    repeated = VectorScaling().fit(np.repeat(logits, counts, axis=0), np.repeat(y, counts))
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-7)
+    np.testing.assert_allclose(weighted.intercept_, repeated.intercept_, atol=1e-7)
+    _check_against_oracle(weighted, logits, y, sample_weight=counts.astype(float))
+
+
+def test_many_classes_take_the_float32_hessian_path(monkeypatch):
+    # More classes than _FLOAT64_HESSIAN_CLASSES and _REUSE_HESSIAN_CLASSES: the outer
+    # products run in float32 and short steps reuse the last factor (chord steps, which
+    # converge linearly), and rows span several chunks.
+    n_classes = max(newton._FLOAT64_HESSIAN_CLASSES, newton._REUSE_HESSIAN_CLASSES) + 44
+    rng = np.random.default_rng(14)
+    y = rng.integers(0, n_classes, size=8000)
+    logits = 2.0 * rng.normal(size=(8000, n_classes)) + 3.0 * np.eye(n_classes)[y]
+    fitted = VectorScaling().fit(logits, y)
+    assert fitted.n_passes_ <= 14
+    loss, gradient = _loss_and_gradient(fitted, logits, y)
+    assert np.abs(gradient).max() < 1e-8
+    monkeypatch.setattr(newton, "_FLOAT64_HESSIAN_CLASSES", n_classes)
+    monkeypatch.setattr(newton, "_REUSE_HESSIAN_CLASSES", n_classes)
+    exact = VectorScaling().fit(logits, y)  # a float64 Hessian on every pass
+    assert np.abs(_loss_and_gradient(exact, logits, y)[1]).max() < 1e-8
+    assert loss <= _loss_and_gradient(exact, logits, y)[0] * (1 + 1e-12)
+    np.testing.assert_allclose(fitted.coef_, exact.coef_, atol=1e-6)
+    np.testing.assert_allclose(fitted.intercept_, exact.intercept_, atol=1e-6)
+
+
+def test_a_separated_class_is_fitted_as_before():
+    # Class 0's logit is largest exactly on its rows: its scale grows without bound, Newton
+    # steps keep heading out, and the L-BFGS fit takes over, unchanged.
+    rng = np.random.default_rng(16)
+    y = rng.integers(0, 3, size=600)
+    logits = rng.normal(size=(600, 3)) + 1.0 * np.eye(3)[y]
+    logits[:, 0] = np.where(y == 0, 5.0, -5.0) + 0.1 * rng.normal(size=600)
+    fitted = VectorScaling().fit(logits, y)
+    before = _LbfgsVectorScaling().fit(logits, y)
+    np.testing.assert_array_equal(fitted.coef_, before.coef_)
+    np.testing.assert_array_equal(fitted.intercept_, before.intercept_)
+
+
+@pytest.mark.parametrize("scale", [1e38, 1e-34, 1e-300, 1e300, 1e4, 1e-4])
+def test_extreme_scales_give_the_scaled_optimum(scale, scale_problem):
+    # The extreme-scale problem of TemperatureScaling's tests: a(c z) = a(z) / c.
+    logits, y = scale_problem
+    reference = VectorScaling().fit(logits, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = VectorScaling().fit(logits * scale, y)
+    assert fitted.n_passes_ <= 10
+    np.testing.assert_allclose(fitted.coef_ * scale, reference.coef_, rtol=1e-8)
+    np.testing.assert_allclose(fitted.intercept_, reference.intercept_, atol=1e-8)
+    _check_against_oracle(reference, logits, y)
+
+
+def test_a_class_never_seen_is_fitted_as_before(mixed_logits):
+    # No finite optimum (its probability falls forever): the L-BFGS fit, unchanged.
+    logits, y = mixed_logits(6, n=1200, n_classes=6)
+    present = y < 4
+    classes = np.arange(6)
+    fitted = VectorScaling(classes=classes).fit(logits[present], y[present])
+    before = _LbfgsVectorScaling(classes=classes).fit(logits[present], y[present])
+    np.testing.assert_array_equal(fitted.coef_, before.coef_)
+    np.testing.assert_array_equal(fitted.intercept_, before.intercept_)
+    assert fitted.n_iter_ == before.n_iter_
+    assert fitted.n_passes_ > fitted.n_iter_
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [np.zeros((300, 4)), np.repeat(np.linspace(-2, 2, 300)[:, None], 4, axis=1)],
+    ids=["zeros", "rows-constant"],
+)
+def test_constant_logits_are_fitted_as_before(logits):
+    # No finite temperature: the L-BFGS fit, unchanged.
+    y = np.arange(300) % 3
+    y[:20] = 3
+    fitted = VectorScaling().fit(logits, y)
+    before = _LbfgsVectorScaling().fit(logits, y)
+    np.testing.assert_array_equal(fitted.coef_, before.coef_)
+    np.testing.assert_array_equal(fitted.intercept_, before.intercept_)
+    if not logits.any():  # nothing but the biases can fit: the class frequencies
+        frequencies = np.bincount(y) / len(y)
+        np.testing.assert_allclose(fitted.predict_proba(logits[:1])[0], frequencies, atol=1e-5)
+
+
+def test_too_few_iterations_warn_as_before(mixed_logits):
+    logits, y = mixed_logits(8)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        fitted = VectorScaling(max_iter=2).fit(logits, y)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        before = _LbfgsVectorScaling(max_iter=2).fit(logits, y)
+    np.testing.assert_array_equal(fitted.coef_, before.coef_)
