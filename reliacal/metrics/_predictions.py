@@ -261,11 +261,8 @@ class _ClasswiseBinning:
         if self._summed_rows:
             flat, values = self._checked_entries(flat, values)
         true_values = self._true_values[: stop - start]
-        if self.true_probability is None:
-            true_probability = true_values.astype(np.float64)
-        else:
-            true_probability = self.true_probability[start:stop]
-            true_probability[...] = true_values
+        if self.true_probability is not None:
+            self.true_probability[start:stop] = true_values
         weights = None if self.weights is None else self.weights[start:stop]
         # Division by a constant is fast in numpy; the remainder is not.
         rows = flat // self.n_classes
@@ -279,7 +276,7 @@ class _ClasswiseBinning:
         weighted_values = values if weights is None else values * entry_weights
         self.sums += np.bincount(cells, weights=weighted_values, minlength=n_cells)
         true_cells = self.y_index[start:stop] * self.n_bins
-        true_cells += bins_of(true_probability, self.n_bins, float32_values=self.float32_values)
+        true_cells += bins_of(true_values, self.n_bins, float32_values=self.float32_values)
         self.outcomes += np.bincount(true_cells, weights=weights, minlength=n_cells)
         self.total += stop - start if weights is None else float(weights.sum())
         if self.top_label is not None:
