@@ -75,7 +75,7 @@ def _float32_threshold(edge: float) -> np.float32:
 def bins_of(
     values: np.ndarray, n_bins: int, *, float32_values: bool, positive: bool = False
 ) -> np.ndarray:
-    """:func:`uniform_bin_index` of float64 ``values``, faster for float32 numbers.
+    """:func:`uniform_bin_index` of ``values``, faster for float32 numbers (of either dtype).
 
     A float32 number has 24 significant bits, so its product with ``n_bins`` (below
     ``2**29``) is exact in float64 and ``ceil(v * n_bins) - 1`` is its bin; and no
@@ -85,46 +85,16 @@ def bins_of(
     """
     if not float32_values:
         return uniform_bin_index(values, n_bins)
-    index = np.ceil(values * n_bins).astype(np.intp)
+    product = np.multiply(values, n_bins, dtype=np.float64)  # exact, also of float32 values
+    index = np.ceil(product, out=product).astype(np.intp)
     index -= 1
     if not positive:
         np.maximum(index, 0, out=index)  # 0 lies in the first bin
     return index
 
 
-# The lowest set bit of each byte value.
-_LOWEST_BIT = np.array([(byte & -byte).bit_length() - 1 for byte in range(256)], dtype=np.intp)
-
-
-def set_bits(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(index, bit)`` of every set bit of the bytes ``bits``: ``bits[index]`` has ``bit``.
-
-    Read from a table, lowest bit first, one round per bit a byte holds; a round
-    keeps only the bytes with bits left, so a sparse mask costs a few rounds over
-    its few non-zero bytes. The bits come round by round, not sorted.
-
-    Examples
-    --------
-    >>> index, bit = set_bits(np.array([0b101, 0b1], dtype=np.uint8))
-    >>> sorted(zip(index.tolist(), bit.tolist()))
-    [(0, 0), (0, 2), (1, 0)]
-    """
-    index = np.flatnonzero(bits != 0)
-    bits = bits[index]
-    indices, lowest = [], []
-    while index.shape[0]:
-        indices.append(index)
-        lowest.append(_LOWEST_BIT[bits])
-        bits = bits & (bits - 1)  # clear the lowest set bit
-        more = np.flatnonzero(bits != 0)
-        bits, index = bits[more], index[more]
-    if not indices:
-        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-    return np.concatenate(indices), np.concatenate(lowest)
-
-
 class _ClasswiseBinning:
-    """Accumulates :class:`ClasswiseSums` over row blocks.
+    """Accumulates :class:`ClasswiseSums` over the row blocks of one matrix.
 
     In a row summing to 1 fewer than ``n_bins`` entries exceed the first edge
     ``1 / n_bins``; only those are binned one by one, and everything else lies in
@@ -133,22 +103,43 @@ class _ClasswiseBinning:
     true-class probability.
 
     Each numpy call costs microseconds whatever its size, so a block makes few: it
-    finds its entries above the edge (with many classes, as the non-zero bytes of
-    the mask packed eight to a byte, whose bits are read later) and everything else
-    waits for :meth:`flush`, which bins several blocks' entries at once, checks
-    their row sums and largest value for the deferred value checks (``values``) and,
-    when asked (``top_label``, float32 input), gives each row's arg-max.
+    gathers its true-class entries, finds its entries above the edge (with many
+    classes, as the non-zero words of eight mask bytes, whose bytes are read later)
+    and everything else waits for :meth:`flush`, which bins a group of blocks'
+    entries at once, runs the deferred value checks (``values``) on them and, when
+    asked (``top_label``, float32 input), gives each row's arg-max.
     """
 
     def __init__(
-        self, y_prob, n_bins: int, block_rows: int, *, weighted, top_label, values, packed: bool
+        self,
+        y_prob,
+        y_index,
+        n_bins: int,
+        block_rows: int,
+        *,
+        weights,
+        true_probability,
+        top_label,
+        values,
+        packed: bool,
     ):
         n_classes = y_prob.shape[1]
         dtype = y_prob.dtype
         edge = float(uniform_edges(n_bins)[1])
         self.threshold = _float32_threshold(edge) if dtype == np.float32 else np.float64(edge)
         self.float32_values = dtype == np.float32
-        self.y_prob = y_prob
+        # A value's bits, read as an unsigned integer, order like the value where it is
+        # non-negative, and lie above the bits of 1 for negative values, infinity and
+        # NaN: one comparison of the bits finds the entries above the edge and those.
+        self.bits = np.dtype(f"u{dtype.itemsize}")
+        self.threshold_bits = self.threshold.view(self.bits)
+        self.one_bits = np.array(1, dtype).view(self.bits)
+        self.y_prob, self.y_index, self.weights = y_prob, y_index, weights
+        # Where to store each row's float64 true-class probability, or None.
+        self.true_probability = true_probability
+        # (confidence, predicted) arrays to fill from the entries, or None.
+        self.top_label = top_label
+        self.values = values
         self.n_classes, self.n_bins = n_classes, n_bins
         n_cells = n_classes * n_bins
         self.counts = np.zeros(n_cells)
@@ -156,133 +147,167 @@ class _ClasswiseBinning:
         self.outcomes = np.zeros(n_cells)
         self.column_sums = np.zeros(n_classes)
         self.total = 0.0
-        self.weighted = weighted
-        self.values = values
         self.ones_row = np.ones(n_classes, dtype=dtype)
-        # packed: masks are packed eight to a byte (blocks of a multiple of 8 rows of a
-        # C-ordered matrix: a block's mask starts on a byte).
+        self.ones = np.ones(block_rows)
+        # The column sums read a C-ordered float64 block, so that their rounding does
+        # not depend on the input's dtype or memory layout.
+        as_is = dtype == np.float64 and y_prob.flags.c_contiguous
+        self.cast = None if as_is else np.empty((block_rows, n_classes))
+        # A block's true-class entries lie at these offsets plus the labels.
+        self.row_offsets = np.arange(block_rows) * n_classes
+        self.offsets = np.empty(block_rows, dtype=np.intp)
+        # packed: the mask is read as words of eight bytes, eight entries at a time
+        # (blocks of a multiple of 8 rows of a C-ordered matrix start on a word).
         self.packed = packed
-        # (confidence, predicted) arrays to fill from the entries, or None.
-        self.top_label = top_label
-        self.cast_buffer = None
-        self.ones = None
-        self._blocks: list[tuple] = []
+        entries = block_rows * n_classes
+        self.mask = np.zeros(entries + (-entries % 8), dtype=bool) if packed else None
+        # Each bincount allocates n_cells entries: bin at least that many at once, in
+        # groups of blocks of at most _group_rows rows.
+        self._limit = max(n_cells, entries)
+        self._group_rows = max(2 * block_rows, self._limit // 4)
+        self._true_values = np.empty(self._group_rows, dtype=dtype)
+        self._row_sums = np.empty(self._group_rows, dtype=dtype)
+        self._entries: list[tuple] = []
         self._pending = 0
-        # Each bincount allocates n_cells entries: bin at least that many at once.
-        self._limit = max(n_cells, block_rows * n_classes)
+        self._start = self._stop = 0  # the rows of the pending group
+        self._summed_rows = 0  # the group's first rows, whose row sums await their check
 
-    def _column_sums(self, block, weights) -> None:
-        """Add the block's column sums in float64 (BLAS products with ones).
-
-        The product reads a C-ordered float64 block, so that the sums' rounding does not
-        depend on the input's dtype or memory layout.
-        """
-        if block.dtype == np.float64 and block.flags.c_contiguous:
+    def add_block(self, block, start: int) -> None:
+        """Add the rows ``start:start + len(block)`` (checked at :meth:`flush`)."""
+        n_rows = block.shape[0]
+        stop = start + n_rows
+        if not self._entries:
+            self._start = start
+        position = start - self._start
+        flat_block = block.reshape(-1)  # a C-ordered copy of other layouts
+        offsets = np.add(
+            self.row_offsets[:n_rows], self.y_index[start:stop], out=self.offsets[:n_rows]
+        )
+        flat_block.take(offsets, out=self._true_values[position : position + n_rows])
+        above, threshold = flat_block, self.threshold
+        if self.values is not None and not self.values.checked:
+            np.matmul(block, self.ones_row, out=self._row_sums[position : position + n_rows])
+            self._summed_rows = position + n_rows
+            # Negative values, infinity and NaN join the entries, so that no pass
+            # looks for them: flush checks the entries.
+            above, threshold = flat_block.view(self.bits), self.threshold_bits
+        # The column sums in float64, of a C-ordered float64 block, so that their
+        # rounding does not depend on the input's dtype or memory layout.
+        if self.cast is None:
             cast = block
         else:
-            if self.cast_buffer is None or self.cast_buffer.shape[0] < block.shape[0]:
-                self.cast_buffer = np.empty(block.shape)
-            cast = self.cast_buffer[: block.shape[0]]
-            cast[...] = block
-        if weights is None:
-            if self.ones is None or self.ones.shape[0] < block.shape[0]:
-                self.ones = np.ones(block.shape[0])
-            self.column_sums += self.ones[: block.shape[0]] @ cast
-            self.total += block.shape[0]
+            cast = self.cast[:n_rows]
+            np.copyto(cast, block)
+        if self.weights is None:
+            self.column_sums += self.ones[:n_rows] @ cast
         else:
-            self.column_sums += weights @ cast
-            self.total += float(weights.sum())
-
-    def add_block(self, block, start: int, y_index, true_probability, weights) -> None:
-        """Add one row block (``values``: its minimum is checked, the rest at flush)."""
-        row_sums = None
-        if self.values is not None and not self.values.checked:
-            # The minimum catches negative values and NaN (it propagates).
-            if not block.min() >= 0:
-                self.values.check_all()
-            row_sums = block @ self.ones_row
-        self._column_sums(block, weights)
-        flat_block = block.reshape(-1)
-        mask = flat_block > self.threshold
-        offset = start * self.n_classes
+            self.column_sums += self.weights[start:stop] @ cast
         if self.packed:
-            packed = np.packbits(mask, bitorder="little")
-            byte = np.flatnonzero(packed != 0)
-            if flat_block.shape[0] % 8:  # the last block: pad to whole bytes
-                flat_block = np.concatenate(
-                    [flat_block, np.zeros(-flat_block.shape[0] % 8, flat_block.dtype)]
-                )
-            # The eight entries of each non-zero byte, read while the block is in cache.
-            entries = (byte + offset // 8, packed[byte], flat_block.reshape(-1, 8)[byte])
+            size = flat_block.shape[0]
+            mask = self.mask[: size + (-size % 8)]
+            np.greater(above, threshold, out=mask[:size])
+            if size % 8:  # the last block: pad to whole words
+                mask[size:] = False  # the buffer may hold an earlier block's mask
+                flat_block = np.concatenate([flat_block, np.zeros(-size % 8, flat_block.dtype)])
+            words = mask.view(np.uint64)
+            word = np.flatnonzero(words != 0)  # faster than on the words themselves
+            # The eight entries of each non-zero word, read while the block is in cache.
+            eights = flat_block.reshape(-1, 8).take(word, axis=0)
+            entries = (word + start * self.n_classes // 8, words.take(word), eights)
         else:
-            flat = np.flatnonzero(mask)
-            entries = (flat + offset, flat_block[flat])
-        self._blocks.append((start, entries, y_index, true_probability, weights, row_sums))
-        self._pending += entries[0].shape[0] + block.shape[0]
-        if self._pending >= self._limit:
+            flat = np.flatnonzero(above > threshold)
+            entries = (flat + start * self.n_classes, flat_block.take(flat))
+        self._entries.append(entries)
+        self._stop = stop
+        self._pending += entries[0].shape[0] + n_rows
+        if self._pending >= self._limit or position + 2 * n_rows > self._group_rows:
             self.flush()
 
+    def _checked_entries(self, flat, values):
+        """The entries above the edge, once the group's values are checked.
+
+        The entries of unchecked blocks include every value whose bits exceed the
+        edge's: a value out of [0, 1] (or NaN) among them fails the check, and a
+        passing check leaves only ``-0.0`` to drop.
+        """
+        checks = self.values
+        checks.check_row_sums(self._row_sums[: self._summed_rows])
+        self._summed_rows = 0
+        if values.shape[0] and not values.view(self.bits).max() <= self.one_bits:
+            checks.check_all()  # raises, or the suspects are -0.0
+        if not checks.checked:
+            return flat, values
+        keep = np.flatnonzero(values > self.threshold)
+        return flat[keep], values[keep]
+
     def flush(self) -> None:
-        if not self._blocks:
+        if not self._entries:
             return
-        blocks, self._blocks, self._pending = self._blocks, [], 0
-        start = blocks[0][0]
-        first = np.concatenate([part[1][0] for part in blocks])
-        second = np.concatenate([part[1][1] for part in blocks])
+        blocks, self._entries, self._pending = self._entries, [], 0
+        start, stop = self._start, self._stop
+        first = np.concatenate([part[0] for part in blocks])
+        second = np.concatenate([part[1] for part in blocks])
         if self.packed:
-            index, bit = set_bits(second)  # the bytes are non-zero
-            flat = first[index] * 8 + bit  # flat positions of the entries in the matrix
-            values = np.concatenate([part[1][2] for part in blocks])[index, bit]
+            # The mask bytes of the non-zero words, in order: the entries' positions.
+            hit = np.flatnonzero(second.view(np.bool_))
+            first -= start * self.n_classes // 8  # positions within the group
+            first <<= 3
+            flat = first.take(hit >> 3)
+            flat += hit & 7
+            values = np.concatenate([part[2] for part in blocks]).reshape(-1).take(hit)
         else:
             flat, values = first, second
-        y_index = np.concatenate([part[2] for part in blocks])
-        true_probability = np.concatenate([part[3] for part in blocks])
-        weights = np.concatenate([part[4] for part in blocks]) if self.weighted else None
-        if self.values is not None and not self.values.checked:
-            row_sums = np.concatenate([part[5] for part in blocks if part[5] is not None])
-            self.values.check_row_sums(row_sums)
-            if values.shape[0]:
-                self.values.check_high(values.max())
-        flat -= start * self.n_classes
+            flat -= start * self.n_classes
+        if self._summed_rows:
+            flat, values = self._checked_entries(flat, values)
+        true_values = self._true_values[: stop - start]
+        if self.true_probability is not None:
+            self.true_probability[start:stop] = true_values
+        weights = None if self.weights is None else self.weights[start:stop]
         # Division by a constant is fast in numpy; the remainder is not.
         rows = flat // self.n_classes
         columns = flat - rows * self.n_classes
         n_cells = self.counts.shape[0]
-        scores = values.astype(np.float64)
         cells = columns * self.n_bins
-        cells += bins_of(scores, self.n_bins, float32_values=self.float32_values, positive=True)
-        entry_weights = None if weights is None else weights[rows]
+        cells += bins_of(values, self.n_bins, float32_values=self.float32_values, positive=True)
+        entry_weights = None if weights is None else weights.take(rows)
         self.counts += np.bincount(cells, weights=entry_weights, minlength=n_cells)
-        weighted_scores = scores if weights is None else scores * entry_weights
-        self.sums += np.bincount(cells, weights=weighted_scores, minlength=n_cells)
-        true_cells = y_index * self.n_bins
-        true_cells += bins_of(true_probability, self.n_bins, float32_values=self.float32_values)
+        # bincount sums its weights in float64: float32 values are cast exactly.
+        weighted_values = values if weights is None else values * entry_weights
+        self.sums += np.bincount(cells, weights=weighted_values, minlength=n_cells)
+        true_cells = self.y_index[start:stop] * self.n_bins
+        true_cells += bins_of(true_values, self.n_bins, float32_values=self.float32_values)
         self.outcomes += np.bincount(true_cells, weights=weights, minlength=n_cells)
+        self.total += stop - start if weights is None else float(weights.sum())
         if self.top_label is not None:
-            self._top_label(rows, columns, values, start, start + y_index.shape[0])
+            self._top_label(rows, columns, values, start, stop)
 
     def _top_label(self, rows, columns, values, start: int, stop: int) -> None:
         """Each row's largest float32 entry and its first column, from the entries.
 
-        A row's maximum, when above ``1 / n_bins``, is among its entries. A
-        non-negative float32's bits order like the float, so one int64 key per entry,
-        its bits above the column's complement, is largest at the row's maximum and,
-        among equal values, at the first column: ``numpy.argmax``'s. Rows without an
-        entry take the arg-max of their row.
+        A row's maximum, when above ``1 / n_bins``, is among its entries, which come
+        sorted by row. A non-negative float32's bits order like the float, so one
+        int64 key per entry, its bits above the column's complement, is largest at
+        the row's maximum and, among equal values, at the first column:
+        ``numpy.argmax``'s. Rows without an entry take the arg-max of their row.
         """
         confidence, predicted = self.top_label
         n_classes = self.n_classes
-        key = values.view(np.int32).astype(np.int64)
-        key <<= 32
-        key |= (n_classes - 1) - columns
-        best = np.full(stop - start, -1, dtype=np.int64)
-        np.maximum.at(best, rows, key)
-        covered = best >= 0
-        row_ids = np.flatnonzero(covered)
-        best = best[covered]
-        predicted[row_ids + start] = (n_classes - 1) - (best & 0xFFFFFFFF)
-        best >>= 32
-        confidence[row_ids + start] = best.astype(np.int32).view(np.float32)
+        covered = np.zeros(stop - start, dtype=bool)
+        if rows.shape[0]:
+            key = values.view(np.int32).astype(np.int64)
+            key <<= 32
+            key |= (n_classes - 1) - columns
+            first = np.flatnonzero(rows[1:] != rows[:-1])
+            first += 1
+            first = np.concatenate([[0], first])
+            best = np.maximum.reduceat(key, first)
+            row_ids = rows[first]
+            covered[row_ids] = True
+            row_ids += start
+            predicted[row_ids] = (n_classes - 1) - (best & 0xFFFFFFFF)
+            best >>= 32
+            confidence[row_ids] = best.astype(np.int32).view(np.float32)
         missing = np.flatnonzero(~covered)
         missing += start
         # A block's worth of rows at a time: the gathered rows are a copy.
@@ -364,37 +389,44 @@ def scan_matrix(
         block_entries = _classwise_block_entries(y_prob.size)
         block_rows = max(1, min(block_rows, block_entries // n_classes))
         check_classwise_bins(classwise_bins, n_classes)
-        # Packed masks need blocks of whole bytes of a C-ordered matrix.
+        # Packed masks need blocks of whole words of a C-ordered matrix.
         packed = n_classes >= _SPARSE_CLASSES and y_prob.flags.c_contiguous
         if packed:
             block_rows = max(8, block_rows - block_rows % 8)
         classwise = _ClasswiseBinning(
             y_prob,
+            y_index,
             classwise_bins,
-            block_rows,
-            weighted=weights is not None,
+            min(block_rows, n_samples),
+            weights=weights,
+            true_probability=true_probability,
             top_label=(confidence, predicted) if sparse_top_label else None,
             values=values,
             packed=packed,
         )
     row_range = np.arange(min(block_rows, n_samples))
+    # A C-ordered block's true-class entries lie at these offsets plus the labels.
+    row_offsets = row_range * n_classes if y_prob.flags.c_contiguous else None
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
         block = y_prob[start:stop]
-        if values is not None and classwise is None:
-            values.check_block(block)  # the classwise pass checks its blocks itself
+        if classwise is not None:
+            # It checks its blocks itself, and gathers the true class's entries.
+            classwise.add_block(block, start)
+        elif values is not None:
+            values.check_block(block)
         if top_label and not sparse_top_label:
             arg_max, confidence[start:stop] = _top_of_block(block)
             np.equal(arg_max, y_index[start:stop], out=correct[start:stop])
-        if true_class or classwise is not None:
-            block_true = block[row_range[: stop - start], y_index[start:stop]].astype(np.float64)
-            if true_class:
-                true_probability[start:stop] = block_true
+        if true_class and classwise is None:
+            labels = y_index[start:stop]
+            if row_offsets is None:
+                true_probability[start:stop] = block[row_range[: stop - start], labels]
+            else:  # a flat take: far cheaper than indexing rows and columns
+                offsets = row_offsets[: stop - start] + labels
+                true_probability[start:stop] = block.reshape(-1).take(offsets)
         if squares:
             sum_of_squares[start:stop] = np.einsum("ij,ij->i", block, block)
-        if classwise is not None:
-            block_weights = None if weights is None else weights[start:stop]
-            classwise.add_block(block, start, y_index[start:stop], block_true, block_weights)
     classwise_sums = None if classwise is None else classwise.result()
     if sparse_top_label:
         np.equal(predicted, y_index, out=correct)

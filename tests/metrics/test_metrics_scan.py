@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from reliacal import metrics
-from reliacal._validation import check_probabilities
+from reliacal._validation import check_probabilities, check_probability_inputs
 from reliacal.metrics import CalibrationState, calibration_report, softmax
 from reliacal.metrics._binning import uniform_sums, uniform_sums_of_sorted
 from reliacal.metrics._edges import uniform_bin_index
@@ -19,7 +19,6 @@ from reliacal.metrics._predictions import (
     bins_of,
     row_maxima,
     scan_matrix,
-    set_bits,
 )
 from reliacal.metrics._sorted import sort_scores
 
@@ -140,13 +139,30 @@ def test_float32_bins_equal_the_exact_definition_at_every_edge(n_bins):
     )
 
 
-def test_set_bits_lists_every_bit_once():
-    rng = np.random.default_rng(2)
-    bits = rng.integers(0, 256, 1000).astype(np.uint8)
-    index, bit = set_bits(bits)
-    positions = np.sort(index * 8 + bit)
-    expected = np.flatnonzero(np.unpackbits(bits, bitorder="little"))
-    np.testing.assert_array_equal(positions, expected)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_negative_zeros_are_zeros_to_the_pass(dtype):
+    # -0.0 passes the value checks; its bits lie above those of 1, as a negative
+    # value's do, so the pass meets it among its suspects and must drop it.
+    labels, probs = _matrix(n_samples=3000, n_classes=40, dtype=dtype, seed=5)
+    probs[probs < 1e-3] = 0.0
+    probs /= probs.sum(axis=1, keepdims=True)
+    signed = probs.copy()
+    signed[signed == 0] = -0.0
+    assert np.signbit(signed).any()
+    for n_bins in (15, 10):
+        expected = scan_matrix(probs, labels, classwise_bins=n_bins, true_class=True)
+        values = check_probability_inputs(labels, signed)[3]
+        got = scan_matrix(signed, labels, classwise_bins=n_bins, true_class=True, values=values)
+        np.testing.assert_array_equal(got.classwise.counts, expected.classwise.counts)
+        np.testing.assert_array_equal(got.classwise.sum_outcome, expected.classwise.sum_outcome)
+        # float64 sums round by the order of the entries' groups, which the suspects move.
+        np.testing.assert_allclose(
+            got.classwise.sum_probability,
+            expected.classwise.sum_probability,
+            rtol=0 if dtype == np.float32 else 1e-13,
+        )
+        np.testing.assert_array_equal(got.confidence, expected.confidence)
+        np.testing.assert_array_equal(got.correct, expected.correct)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
