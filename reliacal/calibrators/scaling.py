@@ -152,7 +152,9 @@ class _LogitScaling(BaseCalibrator):
         """The solver's starting point (in its scaled variables): ``initial`` by default."""
         return initial
 
-    def _fit_core(self, features, logits, y_index, sample_weight) -> None:
+    def _fit_core(self, features, logits, y_index, sample_weight, *, loss=None) -> None:
+        """The L-BFGS fit; ``loss`` replaces ``self._loss`` (same signature) when given."""
+        loss = self._loss if loss is None else loss
         logits = np.asarray(logits, dtype=np.float64)
         n_samples, n_classes = logits.shape
         if sample_weight is None:
@@ -162,13 +164,13 @@ class _LogitScaling(BaseCalibrator):
         initial = np.concatenate([self._initial_coef(n_classes).ravel(), np.zeros(n_classes)])
         scale = self._parameter_scale(logits, y_index, weights)
         if scale is None:
-            objective = self._loss
+            objective = loss
         else:
             initial = initial / scale
 
             def objective(scaled, *args):
-                loss, gradient = self._loss(scale * scaled, *args)
-                return loss, scale * gradient
+                value, gradient = loss(scale * scaled, *args)
+                return value, scale * gradient
 
         # One BLAS thread unless each product is large (see _THREADED_PRODUCT).
         small = n_samples * initial.size < _THREADED_PRODUCT
@@ -309,7 +311,8 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
     Attributes
     ----------
     coef_ : ndarray of shape (K,)
-        The weights ``w``.
+        The weights ``w``; 1 for a column that is zero in the fit data (the
+        first of 1-D binary scores), whose weight changes nothing.
     {lbfgs_attributes}
     n_passes_ : int
         Passes over the logits of the fit (Newton's method from the NLL-optimal
@@ -364,19 +367,21 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
         if fit.solution is not None:
             self.coef_, self.intercept_ = fit.solution.coef, fit.solution.intercept
             self.n_iter_, self.n_passes_ = fit.solution.n_iter, fit.n_passes
+            # The weight of an all-zero column (the first of 1-D binary scores) changes
+            # nothing: keep it at the identity's 1, where L-BFGS (whose gradient in it
+            # is zero) leaves it, rather than at Newton's starting 1 / T.
+            zero_columns = ~np.any(logits, axis=0)
+            self.coef_[zero_columns] = self._initial_coef(logits.shape[1])[zero_columns]
             return
-        evaluations = [0]
+        evaluations = 0
 
         def counted_loss(*args):
-            evaluations[0] += 1
-            return type(self)._loss(self, *args)
+            nonlocal evaluations
+            evaluations += 1
+            return self._loss(*args)
 
-        self._loss = counted_loss
-        try:
-            super()._fit_core(features, logits, y_index, sample_weight)
-        finally:
-            del self._loss
-        self.n_passes_ = fit.n_passes + evaluations[0]
+        super()._fit_core(features, logits, y_index, sample_weight, loss=counted_loss)
+        self.n_passes_ = fit.n_passes + evaluations
 
 
 def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:

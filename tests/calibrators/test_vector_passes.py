@@ -231,3 +231,55 @@ def test_too_few_iterations_warn_as_before(mixed_logits):
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         before = _LbfgsVectorScaling(max_iter=2).fit(logits, y)
     np.testing.assert_array_equal(fitted.coef_, before.coef_)
+
+
+def test_the_weight_of_an_all_zero_column_stays_at_one():
+    # 1-D binary scores are the columns [0, s]: the weight of the zero column changes
+    # nothing, and L-BFGS (and BFGS), whose gradient in it is zero, leave it at 1.
+    rng = np.random.default_rng(17)
+    scores = 2.0 * rng.normal(size=500)
+    y = (rng.random(500) < 1.0 / (1.0 + np.exp(-1.5 * scores - 0.3))).astype(int)
+    fitted = VectorScaling().fit(scores, y)
+    before = _LbfgsVectorScaling().fit(scores, y)
+    assert fitted.coef_[0] == before.coef_[0] == 1.0
+    np.testing.assert_allclose(fitted.coef_, before.coef_, atol=1e-5)
+    np.testing.assert_allclose(fitted.intercept_, before.intercept_, atol=1e-5)
+    _check_against_oracle(fitted, np.column_stack([np.zeros_like(scores), scores]), y)
+    # A zero column among others, and a penalised bias.
+    logits, y = _mixed_logits_with_a_zero_column()
+    fitted = VectorScaling(reg_bias=0.5).fit(logits, y)
+    assert fitted.coef_[2] == 1.0
+    _check_against_oracle(fitted, logits, y, reg_bias=0.5)
+
+
+def _mixed_logits_with_a_zero_column():
+    rng = np.random.default_rng(18)
+    y = rng.integers(0, 4, size=800)
+    logits = 2.0 * np.eye(4)[y] + 1.5 * rng.normal(size=(800, 4))
+    logits[:, 2] = 0.0
+    return logits, y
+
+
+def test_lbfgs_loss_evaluations_are_counted_without_changing_the_estimator():
+    # The separated class of test_a_separated_class_is_fitted_as_before: L-BFGS takes over.
+    rng = np.random.default_rng(16)
+    y = rng.integers(0, 3, size=600)
+    logits = rng.normal(size=(600, 3)) + 1.0 * np.eye(3)[y]
+    logits[:, 0] = np.where(y == 0, 5.0, -5.0) + 0.1 * rng.normal(size=600)
+
+    class Counting(VectorScaling):
+        evaluations = 0
+
+        def _loss(self, *args):
+            assert "_loss" not in vars(self)  # the estimator is left as it is
+            type(self).evaluations += 1
+            return super()._loss(*args)
+
+    fitted = Counting().fit(logits, y)
+    newton_fit = newton.fit_vector_scaling(
+        logits, y, None, bias_weight=0.0, tol=fitted.tol, max_iter=fitted.max_iter
+    )
+    assert newton_fit.solution is None and newton_fit.n_passes > 0
+    assert Counting.evaluations > fitted.n_iter_
+    assert fitted.n_passes_ == newton_fit.n_passes + Counting.evaluations
+    assert "_loss" not in vars(fitted)
