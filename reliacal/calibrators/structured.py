@@ -362,6 +362,7 @@ class StructuredMatrixScaling(_FullMap, _StructuredScaling):
     max_parameters : int, default=10_000_000
         Largest ``K^2 + K`` that ``fit`` accepts, as in :class:`MatrixScaling`
         (about 250 bytes per parameter during the fit).
+        At most 85,899,298: SciPy's L-BFGS-B cannot address more.
     {base_parameters}
 
     Attributes

@@ -212,6 +212,14 @@ def test_refuses_more_parameters_than_its_budget(mixed_logits):
         StructuredMatrixScaling(max_parameters=109).fit(logits, y)
 
 
+def test_the_budget_cannot_exceed_what_lbfgsb_addresses(mixed_logits):
+    # The bound that the docstring states, as MatrixScaling's.
+    logits, y = mixed_logits(14, n=30, n_classes=3)
+    with pytest.raises(ValueError, match="'max_parameters' parameter"):
+        StructuredMatrixScaling(max_parameters=85_899_299).fit(logits, y)
+    StructuredMatrixScaling(max_parameters=85_899_298).fit(logits, y)
+
+
 def test_invalid_parameters_are_named(mixed_logits):
     logits, y = mixed_logits(10, n=50)
     with pytest.raises(ValueError, match="'reg_off_diagonal' parameter"):
