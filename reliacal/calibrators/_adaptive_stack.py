@@ -478,7 +478,7 @@ def fit_stacked(
 
 
 def _check_step(stack, optimizer, losses, active, networks, epoch, step) -> None:
-    """Raise TrainingDivergedError for the first member whose loss or gradient is not finite.
+    """Raise TrainingDivergedError for the first member whose loss or gradient norm is not finite.
 
     Checked before the optimiser's step: the live weights are those that met the batch.
     """
@@ -488,9 +488,16 @@ def _check_step(stack, optimizer, losses, active, networks, epoch, step) -> None
         # One norm over every gradient: finite on almost every step, then nothing to find.
         if bool(torch.isfinite(losses.sum() + torch.nn.utils.get_total_norm(grads))):
             return
-        bad = ~torch.isfinite(losses.detach())
-        for grad in grads:
-            bad |= ~torch.isfinite(grad.flatten(1)).all(dim=1)
+        # Each member's own gradient norm, as the single-network loop (reliacal.training)
+        # computes it: an overflow of that norm is a divergence there too. The total can
+        # overflow where no member's does (several members, or a loss sum): no divergence.
+        norms = torch.zeros(len(losses), device=losses.device)
+        if grads:
+            per_tensor = [torch.linalg.vector_norm(grad.flatten(1), dim=1) for grad in grads]
+            norms = torch.linalg.vector_norm(torch.stack(per_tensor, 1), dim=1)
+        bad = ~torch.isfinite(losses.detach().double()) | ~torch.isfinite(norms)
+        if not bool(bad.any()):
+            return
     position = int(torch.nonzero(bad)[0])
     member = active[position]
     network = networks[member]
@@ -498,7 +505,8 @@ def _check_step(stack, optimizer, losses, active, networks, epoch, step) -> None
     network.to("cpu").eval()
     error = TrainingDivergedError(
         f"training diverged at epoch {epoch + 1}, step {step + 1}: "
-        f"loss={float(losses[position].detach())}; the weights from before this step were kept. "
+        f"loss={float(losses[position].detach())}, gradient norm={float(norms[position])}; "
+        "the weights from before this step were kept. "
         "Lower learning_rate, or check the inputs and loss for NaN/inf."
     )
     error.module, error.member_index = network, member

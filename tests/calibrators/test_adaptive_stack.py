@@ -14,6 +14,7 @@ import torch
 from reliacal.calibrators import AdaptiveTS, adaptive
 from reliacal.calibrators._adaptive_network import _adaptive_ts_loss, _AdaptiveTemperatureNetwork
 from reliacal.calibrators._adaptive_stack import (
+    _check_step,
     _StackedAdaptiveNetwork,
     stacked_elbo,
     stacked_loss_from_terms,
@@ -118,8 +119,9 @@ def test_stacked_class_log_likelihoods_match_normal_log_prob(dtype):
     got = stack.class_log_likelihoods(latent)
     assert got.shape == (3, 20, 6) and got.dtype == dtype
     for m, network in enumerate(networks):
-        scale = torch.nn.functional.softplus(network.prior_raw_scale.double()).clamp_min(1e-3)
-        prior = torch.distributions.Normal(network.prior_mean.double(), scale)
+        raw_scale = network.prior_raw_scale.detach().double()
+        scale = torch.nn.functional.softplus(raw_scale).clamp_min(1e-3)
+        prior = torch.distributions.Normal(network.prior_mean.detach().double(), scale)
         expected = prior.log_prob(latent[m].double()[:, None, :]).sum(-1)
         # float32: the rounding of terms as large as the log-likelihood itself.
         tolerance = 1e-10 if dtype == torch.float64 else 1e-4 * float(expected.abs().max())
@@ -216,6 +218,40 @@ def test_the_batched_custom_loss_is_the_default_one():
     default = AdaptiveTS(**params).fit(logits, y, sample_weight=weights)
     custom = AdaptiveTS(**params, loss=_documented_elbo).fit(logits, y, sample_weight=weights)
     np.testing.assert_allclose(custom.temperature(logits), default.temperature(logits), rtol=1e-5)
+
+
+def _stack_with_gradients(entries):
+    """A stack of two members whose gradients are zero but ``entries[m]`` values of 1.5e19.
+
+    The square of 1.5e19 is finite in float32; the sum of two such squares is not.
+    """
+    networks = _networks(2, False)
+    stack = _StackedAdaptiveNetwork(networks)
+    optimizer = torch.optim.Adam(stack.parameters())
+    for parameter in stack.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    first = optimizer.param_groups[0]["params"][0].grad
+    for member, count in enumerate(entries):
+        first[member].view(-1)[:count] = 1.5e19
+    return stack, optimizer, networks
+
+
+def test_a_gradient_norm_that_overflows_only_in_total_is_no_divergence():
+    # Each member's norm (what the single-network loop checks) is finite; their total,
+    # the stack's quick test, overflows float32.
+    stack, optimizer, networks = _stack_with_gradients([1, 1])
+    grads = [parameter.grad for parameter in stack.parameters()]
+    assert not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+    _check_step(stack, optimizer, torch.zeros(2), [0, 1], networks, 0, 0)
+
+
+def test_a_member_whose_finite_gradient_norm_overflows_diverges():
+    # As a single network does in reliacal.training: its gradient norm is inf.
+    stack, optimizer, networks = _stack_with_gradients([1, 2])
+    with pytest.raises(TrainingDivergedError, match=r"gradient norm=inf") as caught:
+        _check_step(stack, optimizer, torch.zeros(2), [0, 1], networks, 0, 3)
+    assert caught.value.member_index == 1
+    assert all(bool(torch.isfinite(p.grad).all()) for p in stack.parameters())
 
 
 def test_a_batched_member_that_diverges_names_itself_and_leaves_the_estimator_unfitted(
