@@ -107,16 +107,17 @@ def is_torch_tensor(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-#: Whether tensors on the CPU take the device paths too. They do not by default: a
-#: CPU tensor is read as a numpy array without a copy (``Tensor.numpy`` shares its
-#: memory) and numpy's blocked passes are faster than torch's kernels there. The
-#: tests set it to run the device paths on the CPU.
-DEVICE_PATHS_ON_CPU = False
+# Whether tensors on the CPU take the device paths too. They do not: a CPU tensor is
+# read as a numpy array without a copy (``Tensor.numpy`` shares its memory) and
+# numpy's blocked passes are faster than torch's kernels there. Private, for the
+# tests only: their ``device_paths_on_cpu`` fixture monkeypatches it to run the
+# device paths on CPU tensors.
+_DEVICE_PATHS_ON_CPU = False
 
 
 def on_its_device(value: object) -> bool:
     """Whether ``value`` is a torch tensor to compute on where it lies (see above)."""
-    return is_torch_tensor(value) and (DEVICE_PATHS_ON_CPU or value.device.type != "cpu")
+    return is_torch_tensor(value) and (_DEVICE_PATHS_ON_CPU or value.device.type != "cpu")
 
 
 def to_numpy(values, name: str) -> np.ndarray:

@@ -166,7 +166,7 @@ def test_cuda_tensors_are_fitted_and_calibrated_on_the_device(scale, no_host_cop
 
 def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
     # A CPU tensor is read as a numpy array without a copy; a tensor comes back.
-    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    monkeypatch.setattr(_validation, "_DEVICE_PATHS_ON_CPU", False)
     logits, y = _problem(10, 800, 4, np.float32)
     X = torch.from_numpy(logits)
     fitted = TemperatureScaling().fit(X, y)

@@ -187,12 +187,14 @@ def test_the_namespace_bodies_on_numpy_equal_the_numpy_scans(strategy):
     xp = array_namespace(probs)
     assert xp is np
     confidence, outcome = confidences_and_outcomes(labels, probs, "top-label")
-    got = _array_api.binned_sums(confidence, outcome, 15, strategy, xp)
+    got = _array_api.device_binned_sums(confidence, outcome, 15, strategy, xp)
     stats = metrics.binned_statistics(labels, probs, strategy=strategy)
     np.testing.assert_array_equal(got[0], stats.counts)
     np.testing.assert_allclose(got[1] / np.maximum(got[0], 1), np.nan_to_num(stats.mean_confidence))
     expected = classwise_sums(labels, probs, 15, strategy)
-    for mine, theirs in zip(_array_api.classwise_sums(labels, probs, 15, strategy, xp), expected):
+    for mine, theirs in zip(
+        _array_api.device_classwise_sums(labels, probs, 15, strategy, xp), expected
+    ):
         np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
 
 
@@ -209,7 +211,7 @@ def test_cuda_tensors_give_the_numpy_value_without_a_host_copy(function, kwargs,
 
 def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
     # A CPU tensor is a numpy array without a copy; numpy's blocked passes read it.
-    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    monkeypatch.setattr(_validation, "_DEVICE_PATHS_ON_CPU", False)
     labels, probs = _problem(n=300, seed=9)
     tensor = torch.as_tensor(probs)
     _, y_prob, _ = check_predictions(labels, tensor, on_device=True)
