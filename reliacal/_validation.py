@@ -107,16 +107,17 @@ def is_torch_tensor(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-#: Whether tensors on the CPU take the device paths too. They do not by default: a
-#: CPU tensor is read as a numpy array without a copy (``Tensor.numpy`` shares its
-#: memory) and numpy's blocked passes are faster than torch's kernels there. The
-#: tests set it to run the device paths on the CPU.
-DEVICE_PATHS_ON_CPU = False
+# Whether tensors on the CPU take the device paths too. They do not: a CPU tensor is
+# read as a numpy array without a copy (``Tensor.numpy`` shares its memory) and
+# numpy's blocked passes are faster than torch's kernels there. Private, for the
+# tests only: their ``device_paths_on_cpu`` fixture monkeypatches it to run the
+# device paths on CPU tensors.
+_DEVICE_PATHS_ON_CPU = False
 
 
 def on_its_device(value: object) -> bool:
     """Whether ``value`` is a torch tensor to compute on where it lies (see above)."""
-    return is_torch_tensor(value) and (DEVICE_PATHS_ON_CPU or value.device.type != "cpu")
+    return is_torch_tensor(value) and (_DEVICE_PATHS_ON_CPU or value.device.type != "cpu")
 
 
 def to_numpy(values, name: str) -> np.ndarray:
@@ -733,6 +734,17 @@ def _has_float64(tensor) -> bool:
     return tensor.device.type != "mps"
 
 
+def _mappable_on_device(labels) -> bool:
+    """Whether the tensor ``labels`` can be mapped on its device (float, bool, int, uint8).
+
+    torch's reductions and sorted search lack complex dtypes and unsigned ones wider
+    than uint8 on some devices.
+    """
+    torch = sys.modules["torch"]
+    integers = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    return labels.is_floating_point() or labels.dtype in integers
+
+
 def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
     """Column indices of ``y_true`` on ``device``, or None where the host check must speak.
 
@@ -748,6 +760,8 @@ def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
         return torch.as_tensor(y_index, device=device), classes
     if y_true.ndim != 1 or y_true.shape[0] != n_samples:
         return None
+    if not _mappable_on_device(y_true):
+        return None  # the host maps them
     y_true = y_true.detach().to(device)
     if y_true.dtype == torch.bool:
         y_true = y_true.to(torch.int64)
@@ -760,8 +774,6 @@ def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
             # One reduction: a NaN, an infinity or a fraction makes the difference nonzero.
             if not float((y_true - torch.round(y_true)).abs().sum()) == 0:
                 return None
-        elif y_true.is_complex():
-            return None
         low, high = (int(v) for v in torch.stack([y_true.min(), y_true.max()]).tolist())
         if low < 0 or high >= n_classes:
             return None
@@ -782,12 +794,27 @@ def _tensor_labels(y_true, n_samples: int, n_classes: int, labels, device):
     return torch.as_tensor(order, device=device)[position], classes
 
 
+def _row_sums_pass(y_prob, tolerance: float) -> bool:
+    """The host's row-sum check of a 2-D tensor, on its device: rows summed in its dtype.
+
+    For the rows whose float64 sums lie within rounding of the tolerance (all rows,
+    at many classes in float32): the sums are formed in ``y_prob``'s dtype and the
+    largest deviation is compared with the tolerance in that dtype, as
+    :func:`_check_probability_values` does; only the order of the additions differs.
+    """
+    worst = float((y_prob.sum(dim=1) - 1).abs().max())
+    dtype = np.float32 if y_prob.dtype == sys.modules["torch"].float32 else np.float64
+    return bool(dtype(worst) <= tolerance)
+
+
 def check_tensor_probabilities(y_true, y_prob, *, labels=None):
     """:func:`check_probabilities` of a torch tensor ``y_prob``, computed on its device.
 
-    The good path reads the tensor where it lies (a minimum, a maximum and the row
-    sums, fetched as three numbers); the labels are mapped as :func:`_tensor_labels`
-    does. Any doubt returns None, and the caller runs :func:`check_probabilities` on a
+    The good path reads the tensor where it lies (a minimum, a maximum and the
+    largest deviation of the row sums, fetched as three numbers; rows within
+    rounding of the tolerance are summed again as the host sums them, by
+    :func:`_row_sums_pass`); the labels are mapped as :func:`_tensor_labels` does.
+    Any doubt returns None, and the caller runs :func:`check_probabilities` on a
     host copy, which names the problem in its own words (the error path only).
 
     Returns
@@ -813,19 +840,23 @@ def check_tensor_probabilities(y_true, y_prob, *, labels=None):
     n_classes = 2 if y_prob.ndim == 1 else y_prob.shape[1]
     try:
         mapped = _tensor_labels(y_true, y_prob.shape[0], n_classes, labels, y_prob.device)
-    except (ValueError, TypeError):
+    except ValueError:
+        # Labels mapped on the host and refused: the host check reports the values'
+        # errors before this one, so it must speak.
         return None
     if mapped is None:
         return None
     summary = [y_prob.min(), y_prob.max()]
     if y_prob.ndim == 2:
-        # Row sums accumulate in float64: the margin left below the tolerance covers
-        # rounding of the rows' terms only.
+        # Row sums accumulated in float64: they differ from numpy's, formed in y_prob's
+        # dtype, by the rounding of those sums, less than this margin.
         deviation = (y_prob.sum(dim=1, dtype=torch.float64) - 1).abs().max()
         summary.append(deviation.to(y_prob.dtype))
     low, high, *rest = torch.stack(summary).tolist()
+    if not (low >= 0 and high <= 1):
+        return None
     margin = 4 * n_classes * float(torch.finfo(y_prob.dtype).eps)
-    if not (low >= 0 and high <= 1) or (rest and not rest[0] <= tolerance - margin):
+    if rest and not rest[0] <= tolerance - margin and not _row_sums_pass(y_prob, tolerance):
         return None
     y_index, classes = mapped
     return y_index, y_prob, classes

@@ -155,7 +155,7 @@ def device_paths_on_cpu(monkeypatch):
     """Run the metrics' and calibrators' tensor paths on CPU tensors too (a GPU's code)."""
     from reliacal import _validation
 
-    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", True)
+    monkeypatch.setattr(_validation, "_DEVICE_PATHS_ON_CPU", True)
 
 
 @pytest.fixture

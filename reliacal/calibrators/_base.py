@@ -127,10 +127,15 @@ class ConvergenceWarning(_SklearnConvergenceWarning):
 
 
 def _as_tensor_like(values: np.ndarray, tensor):
-    """``values`` as a tensor on ``tensor``'s device, of its float dtype (float64 else)."""
+    """Float64 ``values`` as a tensor on ``tensor``'s device: float64 (float32 on MPS)."""
     torch = sys.modules["torch"]
-    dtype = tensor.dtype if tensor.is_floating_point() else torch.float64
+    # MPS has no float64: there the values come back in float32, its widest float.
+    dtype = torch.float32 if tensor.device.type == "mps" else torch.float64
     return torch.from_numpy(values).to(device=tensor.device, dtype=dtype)
+
+
+def _unchanged(values):
+    return values
 
 
 def _predicted_columns(probabilities) -> np.ndarray:
@@ -784,6 +789,24 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         self._fit_core(features, logits, y_index, sample_weight)
         return self
 
+    def _calibrated_output(self, X: Any, on_device, on_host):
+        """``on_device`` or ``on_host`` of the calibrated logits of ``X``.
+
+        A tensor for which :meth:`_returns_tensor` holds comes back as a float64
+        tensor on its device (computed there, or through numpy for a CPU or an MPS
+        tensor; float32 on MPS, which has no float64); anything else as a float64
+        ndarray, as the NumPy path returns.
+        """
+        features, logits, _ = self._transform_inputs(X)
+        calibrated = self._calibrated_logits(features, logits)
+        if is_torch_tensor(calibrated):  # computed on the input tensor's device, in float64
+            return on_device(calibrated)
+        values = on_host(np.asarray(calibrated, dtype=np.float64))
+        if self._returns_tensor(X):
+            # Computed through numpy (a CPU or an MPS tensor): a tensor back, as from any device.
+            return _as_tensor_like(values, X)
+        return values
+
     @shared_doc(_METHOD_DOCS)
     def decision_function(self, X: Any) -> np.ndarray:
         """Return the calibrated logits (float64, shape (n_samples, K)).
@@ -793,11 +816,10 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         Returns
         -------
         ndarray of shape (n_samples, K)
-            Calibrated logits; ``softmax`` of them is ``predict_proba(X)``.
+            Calibrated logits; ``softmax`` of them is ``predict_proba(X)``. A tensor
+            where ``predict_proba`` returns one.
         """
-        features, logits, _ = self._transform_inputs(X)
-        calibrated = self._calibrated_logits(features, logits)
-        return np.asarray(to_numpy(calibrated, "calibrated logits"), dtype=np.float64)
+        return self._calibrated_output(X, _unchanged, _unchanged)
 
     @shared_doc(_METHOD_DOCS)
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -808,18 +830,14 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         Returns
         -------
         ndarray of shape (n_samples, K)
-            Column ``j`` is the probability of ``classes_[j]``; a torch tensor on
-            ``X``'s device and of its float dtype for a calibrator that computes there.
+            Column ``j`` is the probability of ``classes_[j]``. For a logits tensor
+            given to a calibrator that computes on its device (temperature, vector,
+            matrix and structured scalings), a float64 tensor on ``X``'s device
+            (float32 on MPS, which has no float64).
         """
-        features, logits, _ = self._transform_inputs(X)
-        calibrated = self._calibrated_logits(features, logits)
-        if is_torch_tensor(calibrated):  # computed on the input tensor's device
-            return calibrated.softmax(dim=1).to(X.dtype)
-        probabilities = softmax(np.asarray(calibrated, dtype=np.float64), axis=1)
-        if self._returns_tensor(X):
-            # A CPU tensor computed through numpy: a tensor back, as from any device.
-            return _as_tensor_like(probabilities, X)
-        return probabilities
+        return self._calibrated_output(
+            X, lambda logits: logits.softmax(dim=1), lambda logits: softmax(logits, axis=1)
+        )
 
     @shared_doc(_METHOD_DOCS)
     def predict_log_proba(self, X: Any) -> np.ndarray:
@@ -830,9 +848,14 @@ class BaseCalibrator(BackboneSaveMixin, ClassLabelMixin, ClassifierMixin, BaseEs
         Returns
         -------
         ndarray of shape (n_samples, K)
-            ``log(predict_proba(X))``, computed stably from the logits.
+            ``log(predict_proba(X))``, computed stably from the logits; a tensor
+            where ``predict_proba`` returns one.
         """
-        return log_softmax(self.decision_function(X), axis=1)
+        return self._calibrated_output(
+            X,
+            lambda logits: logits.log_softmax(dim=1),
+            lambda logits: log_softmax(logits, axis=1),
+        )
 
     def _predict_proba_with_labels(self, X: Any, y: Any):
         if self.backbone is None:

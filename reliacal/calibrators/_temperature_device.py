@@ -34,7 +34,8 @@ class TensorTemperatureObjective(_TemperatureObjective):
     """The objective of the temperature solve, its passes run by torch on the tensor's device.
 
     ``logits`` is a float tensor (CPU or CUDA); ``y_index`` and ``sample_weight`` are
-    numpy arrays or tensors, moved to its device once.
+    numpy arrays (the labels and weights as validated on the host), moved to its
+    device once.
     """
 
     def __init__(self, logits, y_index, sample_weight, scale_exponent=0):

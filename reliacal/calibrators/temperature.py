@@ -264,20 +264,23 @@ class TemperatureScaling(BaseCalibrator):
         self.subset_passes_ = subset_passes
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:
-        if is_torch_tensor(logits):  # on its device, in float64 as below
-            calibrated = logits.double() / self.temperature_
-            if not bool(calibrated.isfinite().all()):
-                calibrated = (logits.double() - logits.double().amax(dim=1, keepdim=True)) / (
-                    self.temperature_
-                )
-            return calibrated
-        logits = np.asarray(logits, dtype=np.float64)
-        with np.errstate(over="ignore"):
+        if is_torch_tensor(logits):  # on its device, in float64 as numpy's below
+            logits = logits.double()
             calibrated = logits / self.temperature_
-        if not np.all(np.isfinite(calibrated)):
+            overflowed = not bool(calibrated.isfinite().all())
+        else:
+            logits = np.asarray(logits, dtype=np.float64)
+            with np.errstate(over="ignore"):
+                calibrated = logits / self.temperature_
+            overflowed = not np.all(np.isfinite(calibrated))
+        if overflowed:
             # z / T overflows for large logits on a small T (rows far from the origin):
             # shift each row by its max first, which leaves the softmax unchanged.
-            calibrated = (logits - logits.max(axis=1, keepdims=True)) / self.temperature_
+            if is_torch_tensor(logits):
+                row_max = logits.amax(dim=1, keepdim=True)
+            else:
+                row_max = logits.max(axis=1, keepdims=True)
+            calibrated = (logits - row_max) / self.temperature_
         return calibrated
 
     def _torch_map(self):

@@ -15,7 +15,9 @@ other names are the classes themselves, so ``y_true`` holds them. With
 refused. Pass ``frame.to_numpy()`` to use the columns' positions instead.
 
 Torch tensors are computed on their device (a GPU's, or a CPU tensor as the numpy
-array that shares its memory), without a copy to the host, by :func:`expected_calibration_error` (all strategies, norms and modes),
+array that shares its memory), without a copy to the host (except MPS tensors, which
+are copied to it: the device code computes in float64, which MPS lacks), by
+:func:`expected_calibration_error` (all strategies, norms and modes),
 :func:`maximum_calibration_error`, :func:`classwise_calibration_error`,
 :func:`debiased_calibration_error`,
 :func:`negative_log_likelihood`, :func:`brier_score` and :func:`accuracy`; the

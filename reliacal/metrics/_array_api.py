@@ -10,7 +10,11 @@ the confidences sorted with ties ordered by outcome.
 
 The numpy metrics keep their blocked scans (:func:`reliacal.metrics._predictions.scan_matrix`);
 these bodies are what a tensor takes, and what the tests run on numpy too, against
-those scans.
+those scans. Their names start with ``device_``, apart from the numpy functions of the same
+stem and other contracts (:func:`reliacal.metrics._binning.quantile_sums` returns
+the edges too, :func:`reliacal.metrics._calibration_error.classwise_sums` runs the
+blocked scan and its deferred checks, :func:`reliacal.metrics._edges.uniform_bin_index`
+takes no ``xp``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from reliacal.metrics._predictions import ClasswiseSums
 _CLASSWISE_BLOCK_ENTRIES = 1 << 22
 
 
-def uniform_bin_index(values, n_bins: int, xp):
+def device_uniform_bin_index(values, n_bins: int, xp):
     """Bin of each float64 value in [0, 1] for right-closed uniform bins (any shape).
 
     :func:`reliacal.metrics._edges.uniform_bin_index`'s arithmetic: ``ceil(v *
@@ -36,9 +40,9 @@ def uniform_bin_index(values, n_bins: int, xp):
     return index - xp.astype((values <= xp.take(edges, index)) & (index > 0), xp.int64)
 
 
-def uniform_sums(confidence, outcome, n_bins: int, xp):
+def device_uniform_sums(confidence, outcome, n_bins: int, xp):
     """``(counts, sum_confidence, sum_outcome)`` of uniform bins, float64, ``n_bins`` each."""
-    index = uniform_bin_index(confidence, n_bins, xp)
+    index = device_uniform_bin_index(confidence, n_bins, xp)
     return (
         bincount(xp, index, minlength=n_bins),
         bincount(xp, index, weights=confidence, minlength=n_bins),
@@ -46,7 +50,7 @@ def uniform_sums(confidence, outcome, n_bins: int, xp):
     )
 
 
-def quantile_sums(confidence, outcome, n_bins: int, xp):
+def device_quantile_sums(confidence, outcome, n_bins: int, xp):
     """``(counts, sum_confidence, sum_outcome)`` of equal-mass bins.
 
     The confidences sorted with ties ordered by outcome (negatives first) and cut as
@@ -72,14 +76,14 @@ def quantile_sums(confidence, outcome, n_bins: int, xp):
     )
 
 
-def binned_sums(confidence, outcome, n_bins: int, strategy: str, xp):
-    """:func:`uniform_sums` or :func:`quantile_sums`, as ``strategy`` says."""
+def device_binned_sums(confidence, outcome, n_bins: int, strategy: str, xp):
+    """:func:`device_uniform_sums` or :func:`device_quantile_sums`, as ``strategy`` says."""
     if strategy == "uniform":
-        return uniform_sums(confidence, outcome, n_bins, xp)
-    return quantile_sums(confidence, outcome, n_bins, xp)
+        return device_uniform_sums(confidence, outcome, n_bins, xp)
+    return device_quantile_sums(confidence, outcome, n_bins, xp)
 
 
-def classwise_sums(y_index, y_prob, n_bins: int, strategy: str, xp) -> ClasswiseSums:
+def device_classwise_sums(y_index, y_prob, n_bins: int, strategy: str, xp) -> ClasswiseSums:
     """Per-(class, bin) sums of every binary problem ``(p_k, [y == k])``; ``(K, n_bins)`` each.
 
     Uniform bins: row blocks of the matrix binned at once, one cell index per entry
@@ -92,7 +96,9 @@ def classwise_sums(y_index, y_prob, n_bins: int, strategy: str, xp) -> Classwise
     check_classwise_bins(n_bins, n_classes)
     if strategy != "uniform":
         per_class = [
-            quantile_sums(xp.astype(y_prob[:, k], xp.float64) + 0.0, y_index == k, n_bins, xp)
+            device_quantile_sums(
+                xp.astype(y_prob[:, k], xp.float64) + 0.0, y_index == k, n_bins, xp
+            )
             for k in range(n_classes)
         ]
         return ClasswiseSums(*(xp.stack([sums[j] for sums in per_class]) for j in range(3)))
@@ -105,7 +111,7 @@ def classwise_sums(y_index, y_prob, n_bins: int, strategy: str, xp) -> Classwise
     rows = max(1, _CLASSWISE_BLOCK_ENTRIES // n_classes)
     for start in range(0, n_samples, rows):
         block = xp.astype(y_prob[start : start + rows], xp.float64) + 0.0
-        cell = uniform_bin_index(block, n_bins, xp) + offsets
+        cell = device_uniform_bin_index(block, n_bins, xp) + offsets
         counts = counts + bincount(xp, xp.reshape(cell, (-1,)), minlength=cells)
         sum_probability = sum_probability + bincount(
             xp, xp.reshape(cell, (-1,)), weights=xp.reshape(block, (-1,)), minlength=cells
@@ -120,7 +126,7 @@ def classwise_sums(y_index, y_prob, n_bins: int, strategy: str, xp) -> Classwise
     )
 
 
-def true_class_probability(y_index, y_prob, xp):
+def device_true_class_probability(y_index, y_prob, xp):
     """``p_{i, y_i}`` in float64; 1-D input is ``[1 - p, p]``."""
     if y_prob.ndim == 1:
         positive = xp.astype(y_prob, xp.float64)
@@ -129,23 +135,23 @@ def true_class_probability(y_index, y_prob, xp):
     return xp.astype(picked, xp.float64)
 
 
-def negative_log_likelihood(y_index, y_prob, xp) -> float:
+def device_negative_log_likelihood(y_index, y_prob, xp) -> float:
     """Mean ``-log p_{i, y_i}``, ``p`` clipped to ``[eps, 1 - eps]`` (eps of ``y_prob``'s dtype)."""
     eps = float(xp.finfo(y_prob.dtype).eps)
-    clipped = xp.clip(true_class_probability(y_index, y_prob, xp), eps, 1.0 - eps)
+    clipped = xp.clip(device_true_class_probability(y_index, y_prob, xp), eps, 1.0 - eps)
     return float(-xp.mean(xp.log(clipped)))
 
 
-def brier_score(y_index, y_prob, xp) -> float:
+def device_brier_score(y_index, y_prob, xp) -> float:
     """Mean ``sum_k (p_k - [y = k])^2`` (1-D input: mean ``(p - y)^2``)."""
     if y_prob.ndim == 1:
         positive = xp.astype(y_prob, xp.float64)
         return float(xp.mean((positive - xp.astype(y_index, xp.float64)) ** 2))
     squares = xp.sum(y_prob * y_prob, axis=1, dtype=xp.float64)
-    return float(xp.mean(squares - 2.0 * true_class_probability(y_index, y_prob, xp) + 1.0))
+    return float(xp.mean(squares - 2.0 * device_true_class_probability(y_index, y_prob, xp) + 1.0))
 
 
-def accuracy(y_index, y_prob, xp) -> float:
+def device_accuracy(y_index, y_prob, xp) -> float:
     """Fraction of rows whose arg-max is the label (1-D input: ``p > 0.5`` predicts 1)."""
     if y_prob.ndim == 1:
         correct = (y_prob > 0.5) == (y_index == 1)

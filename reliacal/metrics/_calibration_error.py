@@ -223,7 +223,7 @@ def expected_calibration_error(
     confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     if is_torch_tensor(confidence):
         xp = array_namespace(confidence)
-        sums = _array_api.binned_sums(confidence, outcome, n_bins, strategy, xp)
+        sums = _array_api.device_binned_sums(confidence, outcome, n_bins, strategy, xp)
         return float(norm_of_gaps(*sums, norm))
     return error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy), norm)
 
@@ -320,7 +320,7 @@ def classwise_calibration_error(
         y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
         if is_torch_tensor(y_prob):
             xp = array_namespace(y_prob)
-            sums = _array_api.classwise_sums(y_index, y_prob, n_bins, strategy, xp)
+            sums = _array_api.device_classwise_sums(y_index, y_prob, n_bins, strategy, xp)
             return classwise_error(sums, norm)
     y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
     return classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy, values), norm)
@@ -384,11 +384,11 @@ def debiased_calibration_error(
     if is_torch_tensor(y_prob):
         xp = array_namespace(y_prob)
         if mode == CLASSWISE:
-            sums = _array_api.classwise_sums(y_index, y_prob, n_bins, strategy, xp)
+            sums = _array_api.device_classwise_sums(y_index, y_prob, n_bins, strategy, xp)
             return debiased_classwise_error(sums)
         confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
         squared = _debiased_squared(
-            *_array_api.binned_sums(confidence, outcome, n_bins, strategy, xp)
+            *_array_api.device_binned_sums(confidence, outcome, n_bins, strategy, xp)
         )
         return float(np.sqrt(max(float(squared), 0.0)))
     if mode == CLASSWISE:

@@ -81,7 +81,7 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None) -> float:
     """
     y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
     if is_torch_tensor(y_prob):
-        return _array_api.negative_log_likelihood(y_index, y_prob, array_namespace(y_prob))
+        return _array_api.device_negative_log_likelihood(y_index, y_prob, array_namespace(y_prob))
     true_probability = _true_class_probability(y_index, y_prob)
     return float(np.mean(clipped_log_loss(true_probability, y_prob.dtype)))
 
@@ -122,7 +122,7 @@ def brier_score(y_true, y_prob, *, labels=None) -> float:
     """
     y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
     if is_torch_tensor(y_prob):
-        return _array_api.brier_score(y_index, y_prob, array_namespace(y_prob))
+        return _array_api.device_brier_score(y_index, y_prob, array_namespace(y_prob))
     if y_prob.ndim == 1:
         positive = y_prob.astype(np.float64)
         return float(np.mean((positive - y_index) ** 2))
@@ -155,7 +155,7 @@ def accuracy(y_true, y_prob, *, labels=None) -> float:
     """
     y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
     if is_torch_tensor(y_prob):
-        return _array_api.accuracy(y_index, y_prob, array_namespace(y_prob))
+        return _array_api.device_accuracy(y_index, y_prob, array_namespace(y_prob))
     if y_prob.ndim == 1:
         return float(np.mean((y_prob > 0.5) == (y_index == 1)))
     return float(np.mean(np.argmax(y_prob, axis=1) == y_index))

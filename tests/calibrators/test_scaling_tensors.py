@@ -43,12 +43,30 @@ def test_predict_proba_of_a_tensor_is_the_numpy_one_on_its_device(estimator, fit
     proba = model.predict_proba(torch.from_numpy(logits.copy()))
     assert isinstance(proba, torch.Tensor) and proba.dtype == torch.float64
     np.testing.assert_allclose(proba.numpy(), expected, rtol=1e-12, atol=1e-300)
-    single = model.predict_proba(torch.from_numpy(logits.astype(np.float32)))
-    assert single.dtype == torch.float32
-    np.testing.assert_allclose(
-        single.numpy(), model.predict_proba(logits.astype(np.float32)), rtol=1e-6, atol=1e-7
-    )
     np.testing.assert_array_equal(model.predict(torch.from_numpy(logits)), model.predict(logits))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: e.__name__)
+def test_a_float32_tensor_gives_the_float64_probabilities_of_the_float32_array(estimator, fitted):
+    # Large logits: probabilities that float32 would round (or underflow to zero).
+    logits, models = fitted
+    model = models[estimator]
+    single = (30.0 * logits).astype(np.float32)
+    expected = model.predict_proba(single)
+    assert expected.dtype == np.float64
+    proba = model.predict_proba(torch.from_numpy(single))
+    assert proba.dtype == torch.float64
+    np.testing.assert_allclose(proba.numpy(), expected, rtol=1e-12, atol=1e-300)
+    log_proba = model.predict_log_proba(torch.from_numpy(single))
+    assert isinstance(log_proba, torch.Tensor) and log_proba.dtype == torch.float64
+    np.testing.assert_allclose(
+        log_proba.numpy(), model.predict_log_proba(single), rtol=1e-12, atol=1e-14
+    )
+    logits_out = model.decision_function(torch.from_numpy(single))
+    assert isinstance(logits_out, torch.Tensor) and logits_out.dtype == torch.float64
+    np.testing.assert_allclose(
+        logits_out.numpy(), model.decision_function(single), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("estimator", [VectorScaling, MatrixScaling], ids=lambda e: e.__name__)
@@ -65,8 +83,9 @@ def test_the_map_is_softmax_of_the_linear_map(estimator, fitted):
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: e.__name__)
 def test_predict_proba_makes_no_host_copy(estimator, fitted, no_host_copy):
     logits, models = fitted
-    proba = models[estimator].predict_proba(torch.as_tensor(logits))
-    assert proba.shape == logits.shape
+    X = torch.as_tensor(logits)
+    for method in ("predict_proba", "predict_log_proba", "decision_function"):
+        assert getattr(models[estimator], method)(X).shape == logits.shape
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: e.__name__)
@@ -96,5 +115,5 @@ def test_bad_tensors_get_the_numpy_messages(fitted):
 def test_cuda_tensors_are_calibrated_on_the_device(estimator, fitted, no_host_copy):
     logits, models = fitted
     X = torch.as_tensor(logits, device="cuda")
-    proba = models[estimator].predict_proba(X)
-    assert proba.device == X.device and proba.dtype == X.dtype
+    proba = models[estimator].predict_proba(X.float())
+    assert proba.device == X.device and proba.dtype == torch.float64

@@ -41,10 +41,11 @@ def test_cifar_records_give_the_numpy_temperature(record_name, load_record):
     assert on_device.n_passes_ <= 3
     X = torch.from_numpy(logits.copy())
     proba = on_device.predict_proba(X)
-    assert isinstance(proba, torch.Tensor) and proba.dtype == X.dtype
-    # Computed in float64, returned in the logits' dtype (float32 records).
-    rtol = 1e-12 if X.dtype == torch.float64 else 1e-6
-    np.testing.assert_allclose(proba.numpy(), on_host.predict_proba(logits), rtol=rtol, atol=1e-30)
+    # Computed and returned in float64, whatever the logits' dtype (float32 records).
+    assert isinstance(proba, torch.Tensor) and proba.dtype == torch.float64
+    np.testing.assert_allclose(
+        proba.numpy(), on_host.predict_proba(logits), rtol=1e-12, atol=1e-300
+    )
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e38, 1e-34, 1e-300, 1e300, 2.0**-1000])
@@ -89,12 +90,34 @@ def test_float32_tensors_weights_and_labels_give_the_numpy_temperature():
     )
     assert on_device.temperature_ == pytest.approx(on_host.temperature_, rel=1e-10)
     proba = on_device.predict_proba(torch.from_numpy(logits))
-    assert proba.dtype == torch.float32
-    np.testing.assert_allclose(proba.numpy(), on_host.predict_proba(logits), rtol=1e-5)
+    assert proba.dtype == torch.float64
+    np.testing.assert_allclose(proba.numpy(), on_host.predict_proba(logits), rtol=1e-9)
     np.testing.assert_array_equal(
         on_device.predict(torch.from_numpy(logits)), on_host.predict(logits)
     )
     assert on_device.score(torch.from_numpy(logits), y) == on_host.score(logits, y)
+
+
+def test_a_float32_tensor_gives_the_float64_probabilities_of_the_float32_array():
+    # Large logits: float32 probabilities would underflow to zeros where the float64
+    # ones do not.
+    logits, y = _problem(11, 1500, 10, np.float32)
+    fitted = TemperatureScaling().fit(logits, y)
+    logits = 50.0 * logits
+    expected = fitted.predict_proba(logits)
+    assert expected.dtype == np.float64 and 0 < expected.min() < np.finfo(np.float32).tiny
+    X = torch.from_numpy(logits)
+    proba = fitted.predict_proba(X)
+    assert proba.dtype == torch.float64
+    np.testing.assert_allclose(proba.numpy(), expected, rtol=1e-12, atol=0)
+    log_proba = fitted.predict_log_proba(X)
+    assert log_proba.dtype == torch.float64
+    np.testing.assert_allclose(
+        log_proba.numpy(), fitted.predict_log_proba(logits), rtol=1e-12, atol=1e-14
+    )
+    logits_out = fitted.decision_function(X)
+    assert logits_out.dtype == torch.float64
+    np.testing.assert_allclose(logits_out.numpy(), fitted.decision_function(logits), rtol=1e-15)
 
 
 @pytest.mark.parametrize(
@@ -147,8 +170,9 @@ def test_fit_and_predict_proba_make_no_host_copy(no_host_copy):
     logits, y = _problem(8, 3000, 10)
     X = torch.as_tensor(logits)
     fitted = TemperatureScaling().fit(X, y)
-    proba = fitted.predict_proba(X)
-    assert proba.shape == X.shape and fitted.temperature_ > 0
+    for method in ("predict_proba", "predict_log_proba", "decision_function"):
+        assert getattr(fitted, method)(X).shape == X.shape
+    assert fitted.temperature_ > 0
 
 
 @pytest.mark.gpu
@@ -161,16 +185,19 @@ def test_cuda_tensors_are_fitted_and_calibrated_on_the_device(scale, no_host_cop
     fitted = TemperatureScaling().fit(X, y)  # labels on the host (they are read there)
     assert fitted.temperature_ == pytest.approx(on_host.temperature_, rel=1e-10)
     proba = fitted.predict_proba(X.float() if scale == 1.0 else X)
-    assert proba.device == X.device
+    assert proba.device == X.device and proba.dtype == torch.float64
 
 
 def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
     # A CPU tensor is read as a numpy array without a copy; a tensor comes back.
-    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    monkeypatch.setattr(_validation, "_DEVICE_PATHS_ON_CPU", False)
     logits, y = _problem(10, 800, 4, np.float32)
     X = torch.from_numpy(logits)
     fitted = TemperatureScaling().fit(X, y)
     assert fitted.temperature_ == TemperatureScaling().fit(logits, y).temperature_
     proba = fitted.predict_proba(X)
-    assert isinstance(proba, torch.Tensor) and proba.dtype == torch.float32
-    np.testing.assert_allclose(proba.numpy(), fitted.predict_proba(logits), rtol=1e-6)
+    assert isinstance(proba, torch.Tensor) and proba.dtype == torch.float64
+    np.testing.assert_array_equal(proba.numpy(), fitted.predict_proba(logits))
+    log_proba = fitted.predict_log_proba(X)
+    assert isinstance(log_proba, torch.Tensor) and log_proba.dtype == torch.float64
+    np.testing.assert_array_equal(log_proba.numpy(), fitted.predict_log_proba(logits))

@@ -124,6 +124,77 @@ def test_tensors_are_not_copied_to_the_host(function, kwargs, no_host_copy):
     assert 0.0 <= value
 
 
+def _many_classes_float32(n=300, n_classes=2100, seed=11):
+    # Past K ~ 2,098 the rounding margin of float32 sums exceeds the 1e-3 tolerance.
+    labels, probs = _problem(n=n, n_classes=n_classes, seed=seed)
+    return labels, probs.astype(np.float32)
+
+
+@pytest.mark.parametrize(("function", "kwargs"), PORTED, ids=IDS)
+def test_many_float32_classes_are_checked_on_the_device(function, kwargs, no_host_copy):
+    labels, probs = _many_classes_float32()
+    if kwargs.get("mode") == "classwise" or function is metrics.classwise_calibration_error:
+        kwargs = {**kwargs, "n_bins": 2}  # classwise bins: at most 2e6 cells
+    expected = function(labels, probs, **kwargs)
+    got = function(torch.as_tensor(labels), torch.as_tensor(probs), **kwargs)
+    assert got == pytest.approx(expected, rel=FLOAT32_RTOL, abs=1e-9)
+
+
+@pytest.mark.parametrize("off", [0.9e-3, -0.9e-3, 1.2e-3, -1.2e-3])
+def test_row_sums_near_the_tolerance_get_the_numpy_verdict(off):
+    # Rows summing to 1 + off: within the float32 tolerance (1e-3) or beyond it.
+    labels, probs = _many_classes_float32(seed=12)
+    probs[::7] *= np.float32(1 + off)
+    sums = probs.sum(axis=1)
+    assert abs(float(np.abs(sums - 1).max()) - abs(off)) < 1e-4  # as numpy sums them
+    if abs(off) < 1e-3:
+        expected = metrics.negative_log_likelihood(labels, probs)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch.Tensor, "cpu", _refuse_host_copy)
+            patch.setattr(torch.Tensor, "numpy", _refuse_host_copy)
+            got = metrics.negative_log_likelihood(torch.as_tensor(labels), torch.as_tensor(probs))
+        assert got == pytest.approx(expected, rel=FLOAT32_RTOL)
+        return
+    with pytest.raises(ValueError, match="rows of y_prob must sum to 1") as from_numpy:
+        metrics.negative_log_likelihood(labels, probs)
+    with pytest.raises(ValueError) as from_tensor:
+        metrics.negative_log_likelihood(torch.as_tensor(labels), torch.as_tensor(probs))
+    assert str(from_tensor.value) == str(from_numpy.value)
+
+
+def _refuse_host_copy(self, *args, **kwargs):
+    raise AssertionError("a tensor was copied to the host")
+
+
+def _outcome(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except ValueError as error:
+        return str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.complex64])
+def test_labels_that_torch_cannot_map_are_mapped_on_the_host(dtype):
+    # The value (or the refusal) of the same labels as a numpy array.
+    _, probs = _problem(n=300, seed=13)
+    y_true = torch.as_tensor(_problem(n=300, seed=13)[0]).to(dtype)
+    for label_map in (None, list(range(6))):
+        ece = metrics.expected_calibration_error
+        expected = _outcome(ece, y_true.numpy(), probs, labels=label_map)
+        got = _outcome(ece, y_true, torch.as_tensor(probs), labels=label_map)
+        assert got == (expected if isinstance(expected, str) else pytest.approx(expected))
+
+
+def test_a_programming_error_in_the_label_mapping_is_not_hidden(monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(_validation, "_tensor_labels", broken)
+    labels, probs = _problem(n=50, seed=14)
+    with pytest.raises(TypeError, match="a bug"):
+        metrics.expected_calibration_error(torch.as_tensor(labels), torch.as_tensor(probs))
+
+
 def test_unported_metrics_read_tensors_on_the_host():
     labels, probs = _problem(n=500, seed=5)
     expected = metrics.smooth_calibration_error(labels, probs)
@@ -187,12 +258,14 @@ def test_the_namespace_bodies_on_numpy_equal_the_numpy_scans(strategy):
     xp = array_namespace(probs)
     assert xp is np
     confidence, outcome = confidences_and_outcomes(labels, probs, "top-label")
-    got = _array_api.binned_sums(confidence, outcome, 15, strategy, xp)
+    got = _array_api.device_binned_sums(confidence, outcome, 15, strategy, xp)
     stats = metrics.binned_statistics(labels, probs, strategy=strategy)
     np.testing.assert_array_equal(got[0], stats.counts)
     np.testing.assert_allclose(got[1] / np.maximum(got[0], 1), np.nan_to_num(stats.mean_confidence))
     expected = classwise_sums(labels, probs, 15, strategy)
-    for mine, theirs in zip(_array_api.classwise_sums(labels, probs, 15, strategy, xp), expected):
+    for mine, theirs in zip(
+        _array_api.device_classwise_sums(labels, probs, 15, strategy, xp), expected
+    ):
         np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
 
 
@@ -209,7 +282,7 @@ def test_cuda_tensors_give_the_numpy_value_without_a_host_copy(function, kwargs,
 
 def test_cpu_tensors_take_the_numpy_passes_by_default(monkeypatch):
     # A CPU tensor is a numpy array without a copy; numpy's blocked passes read it.
-    monkeypatch.setattr(_validation, "DEVICE_PATHS_ON_CPU", False)
+    monkeypatch.setattr(_validation, "_DEVICE_PATHS_ON_CPU", False)
     labels, probs = _problem(n=300, seed=9)
     tensor = torch.as_tensor(probs)
     _, y_prob, _ = check_predictions(labels, tensor, on_device=True)
