@@ -235,11 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         "70/30 stratified train/test split (seed 0); metrics on the test part; `fit s` is "
         "the CPU time of fit (one thread); time ratio = reliacal / scikit-learn. "
         "'max abs diff of p' is the largest difference between the two libraries' test "
-        "probabilities. The methods coincide for two classes; for more, sigmoid and isotonic "
-        "differ by design (scikit-learn fits one map per column of the classifier's "
-        "decision_function or predict_proba; reliacal's PlattScaling and "
-        "IsotonicCalibration one per class on the one-vs-rest log-odds of the softmax), "
-        "while temperature coincides for any number of classes.",
+        "probabilities. The methods coincide for any number of classes: `method='sigmoid'` "
+        "and `'isotonic'` fit one map per column of the classifier's decision_function or "
+        "predict_proba, as scikit-learn does, and temperature fits the same temperature.",
         "",
         "## Summary",
         "",
