@@ -223,7 +223,8 @@ def test_readme_demo_claims_agree_with_its_table():
 def test_benchmark_headlines_are_the_numbers_of_their_results_files():
     """Each decimal number of a Benchmarks bullet stands in a results file the bullet links."""
     section = README.read_text().split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
-    bullets = re.findall(r"^- \*\*.*?(?=^- \*\*|\Z)", section, flags=re.MULTILINE | re.DOTALL)
+    # A bullet ends at the next bullet or at a blank line (the prose after the list).
+    bullets = re.findall(r"^- \*\*.*?(?=^- \*\*|\n\n|\Z)", section, flags=re.MULTILINE | re.DOTALL)
     assert len(bullets) >= 6
     for bullet in bullets:
         linked = re.findall(r"\]\((benchmarks/results/[\w./-]+\.md)\)", bullet)
