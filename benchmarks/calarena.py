@@ -667,9 +667,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a sanity run (see the docstring)")
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--records", nargs="+", default=list(RECORDS), choices=RECORDS)
-    parser.add_argument("--no-digits", action="store_true")
-    parser.add_argument("--no-tabular", action="store_true")
-    parser.add_argument("--no-minilm", action="store_true")
+    left_out = {
+        "digits": "the digits ViT",
+        "tabular": "the tabular problems",
+        "minilm": "the MiniLM",
+    }
+    for name, problems in left_out.items():
+        parser.add_argument(f"--no-{name}", action="store_true", help=f"leave out {problems}")
     parser.add_argument(
         "--auto-only",
         action="store_true",
