@@ -151,12 +151,12 @@ def test_binning_lookup_takes_the_bin_of_each_score():
 
 def test_adaptive_with_features_members_and_confidence_inputs(onnx_outputs):
     rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, size=400)
-    logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(400, 3)))
+    logits, y = make_logits(400, 3, scale=1.0, random_state=rng)
+    logits *= 3.0  # over-confident
     features = rng.normal(size=(400, 5)) + y[:, None]
     X = np.column_stack([features, logits])
     calibrator = AdaptiveTS(
-        n_logits=3,
+        n_logits=logits.shape[1],
         hidden_layer_sizes=(8,),
         temperature_hidden_sizes=(4,),
         max_epochs=2,
