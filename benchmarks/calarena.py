@@ -71,19 +71,7 @@ from sklearn.model_selection import train_test_split
 
 from reliacal.calibrators import (
     AutoCalibrator,
-    BetaCalibration,
-    CenteredIsotonicCalibration,
-    EnsembleTemperatureScaling,
-    HistogramBinning,
-    IsotonicCalibration,
     MatrixScaling,
-    PlattScaling,
-    QuadraticScaling,
-    SplineCalibration,
-    StructuredMatrixScaling,
-    StructuredVectorScaling,
-    TemperatureScaling,
-    VectorScaling,
     VennAbersCalibration,
     make_calibrator,
 )
@@ -177,54 +165,53 @@ def _by_classes(binary_peer, multiclass_peer):
     return make
 
 
+def _ours(name: str) -> Callable[[int], object]:
+    """The calibrator ``name`` of the table of methods, unfitted, for any number of classes."""
+    return lambda n_classes: make_calibrator(name)
+
+
 def methods() -> dict[str, Method]:
     venn_abers = _venn_abers()
     return {
-        "TemperatureScaling": Method(
-            lambda k: TemperatureScaling(), _peer("temp-scaling"), "temp-scaling"
-        ),
+        "TemperatureScaling": Method(_ours("temperature"), _peer("temp-scaling"), "temp-scaling"),
         "VectorScaling": Method(
-            lambda k: VectorScaling(),
+            _ours("vector"),
             _peer_class(lambda c: c.VectorScalingCalibrator()),
             "VectorScalingCalibrator",
         ),
         "MatrixScaling": Method(
-            lambda k: MatrixScaling(),
+            _ours("matrix"),
             _peer_class(lambda c: c.MatrixScalingCalibrator()),
             "MatrixScalingCalibrator",
         ),
         "StructuredVectorScaling": Method(
-            lambda k: StructuredVectorScaling(), _peer("svs", svs_print_init_info=False), "svs"
+            _ours("svs"), _peer("svs", svs_print_init_info=False), "svs"
         ),
         "StructuredMatrixScaling": Method(
-            lambda k: StructuredMatrixScaling(), _peer("sms", sms_print_init_info=False), "sms"
+            _ours("sms"), _peer("sms", sms_print_init_info=False), "sms"
         ),
         "EnsembleTemperatureScaling": Method(
-            lambda k: EnsembleTemperatureScaling(),
+            _ours("ets"),
             _peer_class(lambda c: c.ETSCalibrator(loss="ce")),
             "ETSCalibrator(loss='ce')",
         ),
         # Binary only: probmetrics' multiclass "platt-logits" refuses its own log inputs
         # (version 1.3.0), and "platt" is a sigmoid of the probabilities, another map.
         "PlattScaling": Method(
-            lambda k: PlattScaling(),
+            _ours("platt"),
             _by_classes(_peer("affine-scaling"), None),
             "affine-scaling (binary only)",
         ),
         "QuadraticScaling": Method(
-            lambda k: QuadraticScaling(),
+            _ours("quadratic"),
             _by_classes(_peer("quadratic-scaling"), None),
             "quadratic-scaling (binary only)",
         ),
-        "BetaCalibration": Method(lambda k: BetaCalibration()),
-        "IsotonicCalibration": Method(
-            lambda k: IsotonicCalibration(), _peer("isotonic"), "isotonic"
-        ),
-        "CenteredIsotonicCalibration": Method(
-            lambda k: CenteredIsotonicCalibration(), _peer("cir"), "cir"
-        ),
+        "BetaCalibration": Method(_ours("beta")),
+        "IsotonicCalibration": Method(_ours("isotonic"), _peer("isotonic"), "isotonic"),
+        "CenteredIsotonicCalibration": Method(_ours("cir"), _peer("cir"), "cir"),
         "HistogramBinning": Method(
-            lambda k: HistogramBinning(),
+            _ours("histogram"),
             _peer_class(
                 lambda c: c.MulticlassOneVsRestCalibrator(
                     c.BinaryHistogramBinningCalibrator(n_bins=15, strategy="quantile")
@@ -233,11 +220,11 @@ def methods() -> dict[str, Method]:
             "OvR BinaryHistogramBinning(15, quantile)",
         ),
         "VennAbersCalibration": Method(
-            lambda k: VennAbersCalibration(),
+            _ours("venn-abers"),
             None if venn_abers is None else (lambda k: _VennAbersPeer(venn_abers)),
             "venn-abers (one-vs-all)",
         ),
-        "SplineCalibration": Method(lambda k: SplineCalibration()),
+        "SplineCalibration": Method(_ours("spline")),
         **{
             _auto_name(names): Method(
                 lambda k, names=names: AutoCalibrator(candidates=_set(names, k))
@@ -680,9 +667,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a sanity run (see the docstring)")
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--records", nargs="+", default=list(RECORDS), choices=RECORDS)
-    parser.add_argument("--no-digits", action="store_true")
-    parser.add_argument("--no-tabular", action="store_true")
-    parser.add_argument("--no-minilm", action="store_true")
+    left_out = {
+        "digits": "the digits ViT",
+        "tabular": "the tabular problems",
+        "minilm": "the MiniLM",
+    }
+    for name, problems in left_out.items():
+        parser.add_argument(f"--no-{name}", action="store_true", help=f"leave out {problems}")
     parser.add_argument(
         "--auto-only",
         action="store_true",

@@ -18,6 +18,7 @@ from scipy.special import softmax
 
 from reliacal.calibrators import ConvergenceWarning, TemperatureScaling
 from reliacal.calibrators import _temperature_nll as nll
+from reliacal.datasets import make_logits
 
 
 def _brentq_temperature(logits, y):
@@ -33,14 +34,12 @@ def _brentq_temperature(logits, y):
 
 
 def _overconfident_logits(n_samples, n_classes, seed=0):
-    """float32 logits with the true class boosted and 30% of the labels wrong."""
+    """float32 logits with the true class boosted, made over-confident, 30% of the labels wrong."""
     rng = np.random.default_rng(seed)
-    y = rng.integers(0, n_classes, size=n_samples)
-    logits = rng.normal(size=(n_samples, n_classes)).astype(np.float32)
-    logits[np.arange(n_samples), y] += 4.0
-    logits *= 2.5
+    logits, y = make_logits(n_samples, n_classes, scale=4.0, random_state=rng)
     wrong = rng.random(n_samples) < 0.3
-    return logits, np.where(wrong, rng.integers(0, n_classes, size=n_samples), y)
+    y = np.where(wrong, rng.integers(0, n_classes, size=n_samples), y)
+    return (2.5 * logits).astype(np.float32), y
 
 
 def test_the_pass_counter_counts_the_rows_read(counting_logits):

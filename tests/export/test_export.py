@@ -18,14 +18,12 @@ from scipy.special import softmax
 
 from reliacal.calibrators import (
     AdaptiveTS,
-    BetaCalibration,
-    EnsembleTemperatureScaling,
     HistogramBinning,
     IsotonicCalibration,
     MatrixScaling,
-    PlattScaling,
     TemperatureScaling,
     VectorScaling,
+    make_calibrator,
 )
 from reliacal.datasets import make_logits
 from reliacal.export import attach, calibrator_module
@@ -153,12 +151,12 @@ def test_binning_lookup_takes_the_bin_of_each_score():
 
 def test_adaptive_with_features_members_and_confidence_inputs(onnx_outputs):
     rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, size=400)
-    logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(400, 3)))
+    logits, y = make_logits(400, 3, scale=1.0, random_state=rng)
+    logits *= 3.0  # over-confident
     features = rng.normal(size=(400, 5)) + y[:, None]
     X = np.column_stack([features, logits])
     calibrator = AdaptiveTS(
-        n_logits=3,
+        n_logits=logits.shape[1],
         hidden_layer_sizes=(8,),
         temperature_hidden_sizes=(4,),
         max_epochs=2,
@@ -233,22 +231,17 @@ def test_to_torch_refuses_unfitted_and_foreign_estimators():
 # Inputs that predict_proba refuses ---------------------------------------------------------
 
 
+# One method of the table of methods per map kind, with its defaults.
+MAP_KINDS = ("temperature", "vector", "matrix", "ets", "platt", "beta", "isotonic", "histogram")
+
+
 def four_class_calibrators():
     """One fitted calibrator of each map kind, on 4-class logits."""
     logits, y = make_logits(400, 4, random_state=0)
+    calibrators = {name: make_calibrator(name) for name in MAP_KINDS}
+    calibrators["histogram-top-label"] = make_calibrator("histogram", mode="top-label")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence of the classic maps
-        calibrators = {
-            "temperature": TemperatureScaling(),
-            "vector": VectorScaling(),
-            "matrix": MatrixScaling(),
-            "ets": EnsembleTemperatureScaling(),
-            "platt": PlattScaling(),
-            "beta": BetaCalibration(),
-            "isotonic": IsotonicCalibration(),
-            "histogram": HistogramBinning(),
-            "histogram-top-label": HistogramBinning(mode="top-label"),
-        }
         for calibrator in calibrators.values():
             calibrator.fit(logits, y)
     return calibrators, logits

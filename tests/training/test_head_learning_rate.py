@@ -71,17 +71,18 @@ def test_one_sgd_step_moves_each_part_by_its_own_rate(quick, plain_sgd):
     F.cross_entropy(module(x), y).backward()
     gradients = {name: p.grad.clone() for name, p in module.named_parameters()}
     module.zero_grad()
+    body_rate, head_rate = 0.01, 0.5
     config = quick(
         **plain_sgd,
         max_epochs=1,
-        batch_size=8,
-        learning_rate=0.01,
-        head_learning_rate=0.5,
+        batch_size=len(x),
+        learning_rate=body_rate,
+        head_learning_rate=head_rate,
         validation_fraction=0.0,
     )
     fit_module(module, F.cross_entropy, TensorDataset(x, y), config=config)
     for name, value in module.named_parameters():
-        rate = 0.5 if name.startswith("head.") else 0.01
+        rate = head_rate if name.startswith("head.") else body_rate
         expected = before[name] - rate * gradients[name]
         torch.testing.assert_close(value.detach(), expected, rtol=1e-6, atol=1e-7)
 
