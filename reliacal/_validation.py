@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 DEFAULT_LABEL_KEY = "labels"
 
 __all__ = [
+    "NUMBERED_NAME",
     "ProbabilityValues",
     "array_namespace",
     "bincount",
@@ -38,6 +40,11 @@ __all__ = [
     "to_numpy",
     "warn_at_caller",
 ]
+
+#: A column name that carries a class number, as probability frames and prediction
+#: files name their columns: the last number in the name, with the text before and
+#: after it ("p10" is prefix "p" and number 10: the prefix is lazy).
+NUMBERED_NAME = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 # Rows of a probability matrix must sum to 1 within this tolerance. float32 softmax
 # outputs are off by ~1e-7 and float16 ones by ~1e-3; float64 input is often a cast

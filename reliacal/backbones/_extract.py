@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +93,10 @@ def _run_backbone(
     return pooled, logits, _labels_to_numpy(label_parts)
 
 
-def _cached_run(
-    key: str,
-    *,
-    adapter: BackboneAdapter,
-    loader: DataLoader,
-    device: torch.device,
-    mixed_precision: bool,
-    verbose: int,
-    label_key: str,
-):
-    return _run_backbone(adapter, loader, device, mixed_precision, verbose, label_key)
+def _cached_run(key: str, run: Callable[[], tuple]) -> tuple:
+    # What joblib memoises: ``run`` (the pass over the data) is ignored, ``key`` (the
+    # adapter's weights and the data, by content) alone decides a hit.
+    return run()
 
 
 def _check_memory(memory: Any) -> joblib.Memory | None:
@@ -225,13 +220,8 @@ def extract_outputs(
     memory = _check_memory(memory)
     label_key = check_label_key(label_key)
 
-    run_kwargs = dict(
-        adapter=adapter,
-        loader=loader,
-        device=device,
-        mixed_precision=mixed_precision,
-        verbose=verbose,
-        label_key=label_key,
+    run = functools.partial(
+        _run_backbone, adapter, loader, device, mixed_precision, verbose, label_key
     )
     key = None
     if memory is not None:
@@ -243,8 +233,7 @@ def extract_outputs(
                 RuntimeWarning,
             )
     if key is None:
-        pooled, logits, labels = _run_backbone(**run_kwargs)
+        pooled, logits, labels = run()
     else:
-        cached = memory.cache(_cached_run, ignore=list(run_kwargs))
-        pooled, logits, labels = cached(key, **run_kwargs)
+        pooled, logits, labels = memory.cache(_cached_run, ignore=["run"])(key, run)
     return pooled, logits, (labels if labels_from_data else given_y)

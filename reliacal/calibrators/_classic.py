@@ -24,12 +24,15 @@ designed for binary problems. Two classes here adapt them to the
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 from reliacal._docstrings import fill_doc, shared_doc
+from reliacal._validation import warn_at_caller
 from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
 from reliacal.calibrators._logistic import LogisticFit
 
@@ -38,6 +41,7 @@ __all__ = [
     "CLASSIC_NOTES_DOC",
     "ISOTONIC_EXAMPLES_DOC",
     "ClassicCalibrator",
+    "LogisticMapsCalibrator",
     "OneVsRestCalibrator",
     "fit_logistic_maps",
     "one_vs_rest_log_odds",
@@ -322,12 +326,42 @@ def fit_logistic_maps(
     ]
     not_converged = [column for column, fit in enumerate(fits) if not fit.converged]
     if not_converged:
-        # One level more than a warning raised in _fit_maps itself (this helper is a frame).
-        warnings.warn(
-            failure.format(maps=not_converged[:10], max_iter=max_iter),
-            ConvergenceWarning,
-            stacklevel=5,
+        warn_at_caller(
+            failure.format(maps=not_converged[:10], max_iter=max_iter), ConvergenceWarning
         )
     coef = np.array([fit.coef for fit in fits], dtype=np.float64)
     intercept = np.array([fit.intercept for fit in fits], dtype=np.float64)
     return coef, intercept, max(fit.n_iter for fit in fits)
+
+
+class LogisticMapsCalibrator(OneVsRestCalibrator):
+    """A one-vs-rest calibrator whose maps are logistic fits by Newton's method.
+
+    Subclasses have a ``max_iter`` parameter (the most Newton steps per map),
+    implement ``_fit_map(score, target, raw_weights, weights) -> LogisticFit``
+    (one map, as :func:`fit_logistic_maps` calls it) and set ``_failure``, the
+    warning for maps that did not converge after the class name (formatted
+    with ``maps`` and ``max_iter``). ``_fit_maps`` sets ``coef_`` of shape
+    ``(m,) + coef.shape``, ``intercept_`` and ``n_iter_``.
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+    _failure = (
+        "the logistic fit of map(s) {maps} did not converge in max_iter={max_iter} Newton steps"
+    )
+
+    def _fit_map(self, score, target, raw_weights, weights) -> LogisticFit:
+        raise NotImplementedError
+
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        self.coef_, self.intercept_, self.n_iter_ = fit_logistic_maps(
+            self._fit_map,
+            scores,
+            targets,
+            sample_weight,
+            failure=f"{type(self).__name__}: {self._failure}",
+            max_iter=self.max_iter,
+        )

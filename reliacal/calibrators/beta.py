@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from scipy.special import expit
-from sklearn.utils._param_validation import Interval
 
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator
-from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
+from reliacal.calibrators._classic import LogisticMapsCalibrator
 from reliacal.calibrators._logistic import LogisticFit, fit_logistic
 
 __all__ = ["BetaCalibration"]
@@ -42,7 +38,7 @@ def _fit_beta_map(features, targets, weights, *, monotonic: bool, max_iter: int)
         active.remove(min(negative, key=lambda index: coef[index]))
 
 
-class BetaCalibration(OneVsRestCalibrator):
+class BetaCalibration(LogisticMapsCalibrator):
     r"""Beta calibration: ``p' = sigmoid(a ln p - b ln(1 - p) + c)``.
 
     Kull, Silva Filho and Flach, "Beta calibration: a well-founded and easily
@@ -101,10 +97,13 @@ class BetaCalibration(OneVsRestCalibrator):
     """
 
     _parameter_constraints: dict = {
-        **BaseCalibrator._parameter_constraints,
+        **LogisticMapsCalibrator._parameter_constraints,
         "monotonic": ["boolean"],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
     }
+    _failure = (
+        "the fit of map(s) {maps} did not converge in max_iter={max_iter} Newton steps (the "
+        "scores separate the classes, so the parameters grow without bound)"
+    )
 
     def __init__(
         self,
@@ -116,25 +115,9 @@ class BetaCalibration(OneVsRestCalibrator):
         store_init_arguments(self, locals())
         super().__init__(**base_params)
 
-    def _fit_maps(self, scores, targets, sample_weight) -> None:
-        def fit_map(score, target, raw_weights, weights):
-            return _fit_beta_map(
-                _beta_features(score),
-                target,
-                weights,
-                monotonic=self.monotonic,
-                max_iter=self.max_iter,
-            )
-
-        self.coef_, self.intercept_, self.n_iter_ = fit_logistic_maps(
-            fit_map,
-            scores,
-            targets,
-            sample_weight,
-            failure="BetaCalibration: the fit of map(s) {maps} did not converge in "
-            "max_iter={max_iter} Newton steps (the scores separate the classes, so the "
-            "parameters grow without bound)",
-            max_iter=self.max_iter,
+    def _fit_map(self, score, target, raw_weights, weights) -> LogisticFit:
+        return _fit_beta_map(
+            _beta_features(score), target, weights, monotonic=self.monotonic, max_iter=self.max_iter
         )
 
     def _torch_map(self):

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from scipy.special import expit
-from sklearn.utils._param_validation import Interval
 
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator
-from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
-from reliacal.calibrators._logistic import fit_logistic
+from reliacal.calibrators._classic import LogisticMapsCalibrator
+from reliacal.calibrators._logistic import LogisticFit, fit_logistic
 
 __all__ = ["PlattScaling"]
 
@@ -28,7 +24,7 @@ def _smoothed_targets(targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.where(positive, (n_positive + 1.0) / (n_positive + 2.0), 1.0 / (n_negative + 2.0))
 
 
-class PlattScaling(OneVsRestCalibrator):
+class PlattScaling(LogisticMapsCalibrator):
     r"""Platt scaling: ``p = sigmoid(a s + b)`` on the log-odds ``s`` of the positive class.
 
     Platt, "Probabilistic Outputs for Support Vector Machines and Comparisons
@@ -91,10 +87,14 @@ class PlattScaling(OneVsRestCalibrator):
     """
 
     _parameter_constraints: dict = {
-        **BaseCalibrator._parameter_constraints,
+        **LogisticMapsCalibrator._parameter_constraints,
         "target_smoothing": ["boolean"],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
     }
+    _failure = (
+        "the logistic fit of map(s) {maps} did not converge in max_iter={max_iter} Newton "
+        "steps (the scores separate the classes, so the slope grows without bound); use "
+        "target_smoothing=True"
+    )
 
     def __init__(
         self,
@@ -106,23 +106,14 @@ class PlattScaling(OneVsRestCalibrator):
         store_init_arguments(self, locals())
         super().__init__(**base_params)
 
-    def _fit_maps(self, scores, targets, sample_weight) -> None:
-        def fit_map(score, target, raw_weights, weights):
-            if self.target_smoothing:
-                target = _smoothed_targets(target, raw_weights)
-            return fit_logistic(score[:, None], target, weights, max_iter=self.max_iter)
+    def _fit_map(self, score, target, raw_weights, weights) -> LogisticFit:
+        if self.target_smoothing:
+            target = _smoothed_targets(target, raw_weights)
+        return fit_logistic(score[:, None], target, weights, max_iter=self.max_iter)
 
-        coef, self.intercept_, self.n_iter_ = fit_logistic_maps(
-            fit_map,
-            scores,
-            targets,
-            sample_weight,
-            failure="PlattScaling: the logistic fit of map(s) {maps} did not converge in "
-            "max_iter={max_iter} Newton steps (the scores separate the classes, so the slope "
-            "grows without bound); use target_smoothing=True",
-            max_iter=self.max_iter,
-        )
-        self.coef_ = coef[:, 0]
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        super()._fit_maps(scores, targets, sample_weight)
+        self.coef_ = self.coef_[:, 0]  # one slope per map
 
     def _apply_maps(self, scores) -> np.ndarray:
         return expit(scores * self.coef_ + self.intercept_)

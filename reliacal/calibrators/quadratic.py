@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
 from scipy.special import expit
-from sklearn.utils._param_validation import Interval
 
 from reliacal._init_arguments import store_init_arguments
-from reliacal.calibrators._base import BaseCalibrator, ConvergenceWarning
+from reliacal.calibrators._base import ConvergenceWarning
 from reliacal.calibrators._checks import warn_uninformative
-from reliacal.calibrators._classic import OneVsRestCalibrator, fit_logistic_maps
-from reliacal.calibrators._logistic import fit_logistic
+from reliacal.calibrators._classic import LogisticMapsCalibrator
+from reliacal.calibrators._logistic import LogisticFit, fit_logistic
 
 __all__ = ["QuadraticScaling"]
 
@@ -26,7 +24,7 @@ def _quadratic_features(scores: np.ndarray) -> np.ndarray:
     return np.column_stack([scores, scores * scores])
 
 
-class QuadraticScaling(OneVsRestCalibrator):
+class QuadraticScaling(LogisticMapsCalibrator):
     r"""Quadratic scaling: ``p = sigmoid(a s + c s^2 + b)`` on the log-odds ``s``.
 
     Berta, Holzmüller, Jordan and Bach, "Structured Matrix Scaling for
@@ -89,10 +87,11 @@ class QuadraticScaling(OneVsRestCalibrator):
     array([0.99, 0.45])
     """
 
-    _parameter_constraints: dict = {
-        **BaseCalibrator._parameter_constraints,
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-    }
+    _failure = (
+        "the logistic fit of map(s) {maps} did not converge in max_iter={max_iter} Newton "
+        "steps; raise max_iter, and if that does not help, the score and its square separate "
+        "the classes (the slopes grow without bound)"
+    )
 
     def __init__(self, *, max_iter: int = 100, **base_params):
         store_init_arguments(self, locals())
@@ -102,20 +101,11 @@ class QuadraticScaling(OneVsRestCalibrator):
         warn_uninformative(self, logits, y_index, sample_weight)
         super()._fit_core(features, logits, y_index, sample_weight)
 
-    def _fit_maps(self, scores, targets, sample_weight) -> None:
-        def fit_map(score, target, raw_weights, weights):
-            return fit_logistic(_quadratic_features(score), target, weights, max_iter=self.max_iter)
+    def _fit_map(self, score, target, raw_weights, weights) -> LogisticFit:
+        return fit_logistic(_quadratic_features(score), target, weights, max_iter=self.max_iter)
 
-        self.coef_, self.intercept_, self.n_iter_ = fit_logistic_maps(
-            fit_map,
-            scores,
-            targets,
-            sample_weight,
-            failure="QuadraticScaling: the logistic fit of map(s) {maps} did not converge in "
-            "max_iter={max_iter} Newton steps; raise max_iter, and if that does not help, the "
-            "score and its square separate the classes (the slopes grow without bound)",
-            max_iter=self.max_iter,
-        )
+    def _fit_maps(self, scores, targets, sample_weight) -> None:
+        super()._fit_maps(scores, targets, sample_weight)
         self._warn_if_separated(scores, targets, sample_weight)
 
     def _warn_if_separated(self, scores, targets, sample_weight) -> None:

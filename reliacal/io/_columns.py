@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reliacal._validation import NUMBERED_NAME
+
 __all__ = [
     "ColumnNumbering",
     "label_affixes",
@@ -29,9 +31,6 @@ __all__ = [
     "pandas_index_columns",
 ]
 
-# The last number in the name, with what comes before and after it; the prefix is lazy,
-# so "p10" is prefix "p" and number 10, not prefix "p1" and number 0.
-_NUMBER_IN_NAME = re.compile(r"^(.*?)(\d+)(\D*)$")
 # pandas names a column without a header "Unnamed: <position>" when it reads a CSV.
 _PANDAS_INDEX = re.compile(r"^Unnamed: \d+$")
 # "logit" or "logits" as a whole word at the start: logit_0, logits3, logit-cat, logits;
@@ -107,7 +106,7 @@ def number_columns(names: list[str]) -> ColumnNumbering | None:
     """
     groups: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for position, name in enumerate(names):
-        match = _NUMBER_IN_NAME.match(name)
+        match = NUMBERED_NAME.match(name)
         if match:
             key = (match.group(1), match.group(3))
             groups.setdefault(key, []).append((int(match.group(2)), position))

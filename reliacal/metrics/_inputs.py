@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from reliacal._validation import (
+    NUMBERED_NAME,
     check_probabilities,
     check_probability_inputs,
     check_tensor_probabilities,
@@ -36,9 +37,6 @@ __all__ = [
 
 # The checks' messages name a row as "row <number>", counted within the data they saw.
 _ROW_IN_MESSAGE = re.compile(r"\brow (\d+)\b")
-# A class number between a prefix and a suffix without digits, as the command reads the
-# columns of a file: "p10" is prefix "p" and number 10 (the prefix is lazy).
-_NUMBER_IN_NAME = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
 def is_pandas_frame(value) -> bool:
@@ -56,7 +54,7 @@ def _class_numbers(names: list) -> list[int] | None:
     if all(isinstance(name, int | np.integer) and not isinstance(name, bool) for name in names):
         numbers = [int(name) for name in names]
     elif all(isinstance(name, str) for name in names):
-        matches = [_NUMBER_IN_NAME.match(name) for name in names]
+        matches = [NUMBERED_NAME.match(name) for name in names]
         if not all(matches) or len({(m.group(1), m.group(3)) for m in matches}) != 1:
             return None
         numbers = [int(match.group(2)) for match in matches]
