@@ -441,6 +441,7 @@ def run_vector_cases(repeats):
                 "newton": times["newton"],
                 "lbfgs": times["lbfgs"],
                 "passes": newton.n_passes_,
+                "subset": newton.subset_passes_,
                 "steps": newton.n_iter_,
                 "lbfgs passes": lbfgs.n_passes_,
                 "loss": loss,
@@ -454,7 +455,8 @@ def run_vector_cases(repeats):
             }
         )
         print(
-            f"  {name:42s} Newton {rows[-1]['newton']:8.3f} s ({newton.n_passes_} passes)  "
+            f"  {name:42s} Newton {rows[-1]['newton']:8.3f} s ({newton.n_passes_} passes "
+            f"+{newton.subset_passes_:.2f})  "
             f"L-BFGS {rows[-1]['lbfgs']:8.3f} s ({lbfgs.n_passes_} passes)  "
             f"loss {loss:.15f} ({rows[-1]['relative']:+.1e})",
             flush=True,
@@ -471,8 +473,11 @@ def vector_markdown(rows, argv, load_before) -> str:
             load_before=load_before,
             details="Times are the best of the repeats (L-BFGS at 50,000 x 1,000: one fit).",
         ),
-        "Newton: `VectorScaling` (Newton steps from the NLL-optimal temperature; passes "
-        "include the temperature's, steps are the Newton steps). L-BFGS: the same objective "
+        "Newton: `VectorScaling` (up to 256 classes: steps to the minimum of a strided "
+        "subset's loss corrected to each pass's gradient and Hessian, from the subset's "
+        "temperature; beyond: Newton steps from the NLL-optimal temperature). passes: full "
+        "reads of the logits, the temperature's included (+ the subset's reads in units of "
+        "the logits' size); steps: passes that took a step. L-BFGS: the same objective "
         "fitted by the shared L-BFGS code (`_LogitScaling._fit_core`, the fit before; a pass "
         "per loss evaluation). ratio = L-BFGS time / Newton time. loss: mean NLL at the "
         "Newton solution (float64); rel. to L-BFGS: (loss - L-BFGS loss) / L-BFGS loss "
@@ -485,7 +490,8 @@ def vector_markdown(rows, argv, load_before) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['case']} | {row['shape']} | {row['newton']:.3f} | {row['passes']} | "
+            f"| {row['case']} | {row['shape']} | {row['newton']:.3f} | {row['passes']} "
+            f"(+{row['subset']:.2f}) | "
             f"{row['steps']} | {row['lbfgs']:.3f} | {row['lbfgs passes']} | "
             f"{row['lbfgs'] / row['newton']:.1f} | {row['loss']:.12f} | {row['relative']:.1e} | "
             f"{row['gradient']:.1e} | {row['lbfgs gradient']:.1e} | {row['coef']:.1e} |"

@@ -287,8 +287,11 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
 
     Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural
     Networks", ICML 2017 (the extension of temperature scaling with ``2K``
-    parameters). Fitted by Newton's method (float64, one pass over the logits
-    a step) from the NLL-optimal temperature, ``w = 1 / T, b = 0``, and by
+    parameters). Fitted by Newton-type steps (float64, one pass over the
+    logits a step) from the NLL-optimal temperature, ``w = 1 / T, b = 0``, of
+    a strided subset of each class's rows (each step minimises that subset's
+    loss corrected to the pass's gradient and Hessian; plain Newton steps from
+    the temperature of all the rows without a subset), and by
     L-BFGS (scipy) from ``w = 1, b = 0`` where the optimum is not finite, on
     the mean (weighted) NLL plus the intercept part of
     the ODIR penalty of Kull et al. (2019), ``mu / K * sum_j b_j^2`` (the
@@ -315,9 +318,12 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
         first of 1-D binary scores), whose weight changes nothing.
     {lbfgs_attributes}
     n_passes_ : int
-        Passes over the logits of the fit (Newton's method from the NLL-optimal
-        temperature, whose passes are included; L-BFGS's loss evaluations where
-        it takes over); ``n_iter_`` then counts Newton steps.
+        Passes over the logits of the fit (Newton's method, and the NLL-optimal
+        temperature's passes where it starts from that; L-BFGS's loss
+        evaluations where it takes over); ``n_iter_`` then counts Newton steps.
+    subset_passes_ : float
+        Reads of the strided subset of the rows that gives the Newton steps
+        their start and their model, in units of the logit matrix's size.
     {base_attributes}
 
     See Also
@@ -367,10 +373,11 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
         if fit.solution is not None:
             self.coef_, self.intercept_ = fit.solution.coef, fit.solution.intercept
             self.n_iter_, self.n_passes_ = fit.solution.n_iter, fit.n_passes
+            self.subset_passes_ = fit.subset_passes
             # The weight of an all-zero column (the first of 1-D binary scores) changes
             # nothing: keep it at the identity's 1, where L-BFGS (whose gradient in it
-            # is zero) leaves it, rather than at Newton's starting 1 / T.
-            zero_columns = ~np.any(logits, axis=0)
+            # is zero) leaves it, rather than at Newton's start. The first pass found them.
+            zero_columns = fit.zero_columns
             self.coef_[zero_columns] = self._initial_coef(logits.shape[1])[zero_columns]
             return
         evaluations = 0
@@ -382,6 +389,7 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
 
         super()._fit_core(features, logits, y_index, sample_weight, loss=counted_loss)
         self.n_passes_ = fit.n_passes + evaluations
+        self.subset_passes_ = fit.subset_passes
 
 
 def check_matrix_size(n_classes: int, max_parameters: int = 10_000_000) -> None:
