@@ -490,15 +490,27 @@ def fit_vector_scaling(logits, y_index, sample_weight, *, bias_weight, tol, max_
         # until the stopping test holds, wherever L-BFGS stopped so far.
         return VectorFit(None, 0)
     size = math.prod(logits.shape)
-    settings = {"bias_weight": bias_weight, "tol": tol, "max_iter": max_iter}
+
+    def newton(coef, scale_exponent, subset=None):
+        """Newton's method from the temperature ``1 / coef`` (steps on ``subset``'s model)."""
+        theta = np.concatenate([np.full(n_classes, coef), np.zeros(n_classes)])
+        return fit_vector_newton(
+            logits,
+            y_index,
+            weights,
+            bias_weight=bias_weight,
+            tol=tol,
+            max_iter=max_iter,
+            start=theta,
+            scale_exponent=scale_exponent,
+            subset=subset,
+        )
+
     subset, start, reads = _subset_start(logits, y_index, weights, class_weights)
     n_passes = 0
     if start is not None:
         coef, scale_exponent = start
-        solution, objective, model = fit_vector_newton(
-            logits, y_index, weights, **settings, start=_start(coef, n_classes),
-            scale_exponent=scale_exponent, subset=subset,
-        )  # fmt: skip
+        solution, objective, model = newton(coef, scale_exponent, subset)
         n_passes = objective.n_passes
         reads += model.objective.n_passes * math.prod(subset[0].shape)
         if solution is not None:
@@ -517,16 +529,8 @@ def fit_vector_scaling(logits, y_index, sample_weight, *, bias_weight, tol, max_
         return VectorFit(None, n_passes, reads / size)
     scale_exponent = temperature_objective.scale_exponent
     coef = np.exp(temperature.log_inverse_temperature)
-    solution, objective, _ = fit_vector_newton(
-        logits, y_index, weights, **settings, start=_start(coef, n_classes),
-        scale_exponent=scale_exponent,
-    )  # fmt: skip
+    solution, objective, _ = newton(coef, scale_exponent)
     return VectorFit(solution, n_passes + objective.n_passes, reads / size, objective.zero_columns)
-
-
-def _start(coef, n_classes):
-    """``theta`` of the temperature ``1 / coef``: ``a = coef``, ``b = 0``."""
-    return np.concatenate([np.full(n_classes, coef), np.zeros(n_classes)])
 
 
 def _subset_rows(y_index, n_classes):
