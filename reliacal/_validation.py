@@ -687,8 +687,10 @@ class ProbabilityValues:
             self.check_all()
             return
         if self._ones is None:
-            self._ones = np.ones(block.shape[1], dtype=block.dtype)
-        self.check_row_sums(block @ self._ones)
+            # A column of ones, not a vector: numpy hands a matrix times a vector to
+            # a BLAS routine several times slower on short rows.
+            self._ones = np.ones((block.shape[1], 1), dtype=block.dtype)
+        self.check_row_sums((block @ self._ones)[:, 0])
 
     def check_row_sums(self, row_sums: np.ndarray) -> None:
         """The row-sum check, given the sums of some rows (infinity and NaN fail it)."""
