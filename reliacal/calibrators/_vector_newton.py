@@ -258,7 +258,8 @@ def fit_vector_newton(
 
     ``weights`` sum to one; ``start`` is ``(a, b)`` for the logits divided by
     ``2**scale_exponent``; the returned ``coef`` is in the logits' own units.
-    Returns ``(solution, objective)``, whose ``n_passes`` counts the passes.
+    Returns ``(solution, objective, model)``: ``objective.n_passes`` counts the
+    passes over the logits, ``model`` (None without ``subset``) the subset's.
     The fit fails after its first pass when the logits' own scale exponent
     lies more than ``_KEPT_SHIFT`` from ``scale_exponent`` (rows the start
     did not see set the scale).
@@ -369,7 +370,10 @@ class _SubsetModel:
             self.correction = hessian - subset_hessian
         t, first_length = theta, None
         model_gradient, model_hessian = gradient, subset_hessian + self.correction
+        budget = self.objective.n_passes + _SUBSET_FRACTION  # one full read's worth
         for _ in range(_MODEL_STEPS):
+            if self.objective.n_passes >= budget:
+                break  # a model this slow to solve is not worth more than a pass
             factor = _factor(model_hessian)
             if factor is None:
                 return newton_step
@@ -381,7 +385,8 @@ class _SubsetModel:
             if length <= max(_MODEL_PRECISION * first_length**2, 1e-12) and t is not theta:
                 # The model is accurate to about the square of the first step: solving it
                 # further changes nothing the next pass would keep, so this last short
-                # step (Newton's, on a convex model) is taken without its check.
+                # step is taken without its check (the model need not be convex: the
+                # next pass's Armijo test on the full loss judges the whole step).
                 t = t + direction
                 break
             fraction = 1.0
@@ -461,7 +466,6 @@ class VectorFit:
     n_passes: int
     subset_passes: float = 0.0
     zero_columns: np.ndarray | None = None
-    scale_exponent: int = 0
 
 
 def fit_vector_scaling(logits, y_index, sample_weight, *, bias_weight, tol, max_iter):
@@ -514,9 +518,7 @@ def fit_vector_scaling(logits, y_index, sample_weight, *, bias_weight, tol, max_
         n_passes = objective.n_passes
         reads += model.objective.n_passes * math.prod(subset[0].shape)
         if solution is not None:
-            return VectorFit(
-                solution, n_passes, reads / size, objective.zero_columns, scale_exponent
-            )
+            return VectorFit(solution, n_passes, reads / size, objective.zero_columns)
     try:
         temperature, _, temperature_objective, temperature_reads = fit_nll(
             logits, y_index, sample_weight, tol=1e-6, max_iter=100
@@ -565,7 +567,7 @@ def _subset_start(logits, y_index, weights, class_weights):
         return None, None, 0
     # Each class keeps its weight: the subset model's biases, which follow the class
     # frequencies, carry no sampling error of those.
-    subset_weights = weights[rows] * (class_weights / subset_class_weights)[labels]
+    subset_weights = weights[rows] / subset_class_weights[labels] * class_weights[labels]
     subset = (logits[rows], labels, subset_weights)
     subset_size = math.prod(subset[0].shape)
     try:

@@ -322,8 +322,9 @@ class VectorScaling(_DiagonalMap, _LogitScaling):
         temperature's passes where it starts from that; L-BFGS's loss
         evaluations where it takes over); ``n_iter_`` then counts Newton steps.
     subset_passes_ : float
-        Reads of the strided subset of the rows that gives the Newton steps
-        their start and their model, in units of the logit matrix's size.
+        Reads of strided subsets of the rows, in units of the logit matrix's
+        size: the subset that gives the Newton steps their start and their
+        model, or above 256 classes only the temperature solver's subset.
     {base_attributes}
 
     See Also

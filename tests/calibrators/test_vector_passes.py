@@ -322,3 +322,32 @@ def test_a_subset_model_that_fails_falls_back_to_the_temperature_start(mixed_log
     fitted = VectorScaling().fit(logits, y)
     _check_against_oracle(fitted, logits, y)
     assert fitted.subset_passes_ > 0
+
+
+def test_subnormal_weights_on_the_subset_rows_give_the_weighted_optimum():
+    # Reweighting the subset divided by a subnormal class weight, which overflowed and
+    # raised FloatingPointError; the fit must equal the one with those rows' weight 0.
+    logits, y = _overconfident_logits(4_000, 10)
+    weights = np.ones(len(y))
+    rows = np.flatnonzero(y == 2)[::8]
+    weights[rows] = 1e-310
+    fitted = VectorScaling().fit(logits, y, sample_weight=weights)
+    _check_against_oracle(fitted, logits, y, sample_weight=weights)
+
+
+def test_long_tailed_labels_read_no_more_than_the_temperature_start(monkeypatch):
+    # With 4-12 subset rows in most classes the subset model is poor (and need not be
+    # convex); solving it must not cost more reads in all than plain Newton steps.
+    rng = np.random.default_rng(0)
+    counts = np.maximum(2, (400 * 100.0 ** (-np.arange(100) / 99)).astype(int))
+    y = rng.permutation(np.repeat(np.arange(100), counts))
+    logits = rng.normal(size=(len(y), 100)) * 2 + 3 * np.eye(100)[y]
+    logits += np.log(counts / counts.sum())
+    fitted = VectorScaling().fit(logits, y)
+    # Classes of 2 rows leave the loss flat in their parameters: the loss and the gradient
+    # meet the oracle's, the parameters only to 1e-4.
+    _check_against_oracle(fitted, logits, y, atol=1e-4)
+    monkeypatch.setattr(newton, "_subset_start", lambda *args: (None, None, 0))
+    plain = VectorScaling().fit(logits, y)
+    assert plain.subset_passes_ > 0  # the temperature solver's own subset
+    assert fitted.n_passes_ + fitted.subset_passes_ <= plain.n_passes_ + plain.subset_passes_
