@@ -137,7 +137,7 @@ class _ClasswiseBinning:
         self.y_prob, self.y_index, self.weights = y_prob, y_index, weights
         # Where to store each row's float64 true-class probability, or None.
         self.true_probability = true_probability
-        # (confidence, predicted) arrays to fill from the entries, or None.
+        # (confidence, correct) arrays to fill from the entries, or None.
         self.top_label = top_label
         self.values = values
         self.n_classes, self.n_bins = n_classes, n_bins
@@ -284,15 +284,16 @@ class _ClasswiseBinning:
             self._top_label(rows, columns, values, start, stop)
 
     def _top_label(self, rows, columns, values, start: int, stop: int) -> None:
-        """Each row's largest float32 entry and its first column, from the entries.
+        """Each row's largest float32 entry and whether its first column is the label.
 
         A row's maximum, when above ``1 / n_bins``, is among its entries, which come
         sorted by row. A non-negative float32's bits order like the float, so one
         int64 key per entry, its bits above the column's complement, is largest at
         the row's maximum and, among equal values, at the first column:
         ``numpy.argmax``'s. Rows without an entry take the arg-max of their row.
+        The flags are written here, so that no array of n predicted columns exists.
         """
-        confidence, predicted = self.top_label
+        confidence, correct = self.top_label
         n_classes = self.n_classes
         covered = np.zeros(stop - start, dtype=bool)
         if rows.shape[0]:
@@ -306,7 +307,8 @@ class _ClasswiseBinning:
             row_ids = rows[first]
             covered[row_ids] = True
             row_ids += start
-            predicted[row_ids] = (n_classes - 1) - (best & 0xFFFFFFFF)
+            predicted = (n_classes - 1) - (best & 0xFFFFFFFF)
+            correct[row_ids] = predicted == self.y_index.take(row_ids)
             best >>= 32
             confidence[row_ids] = best.astype(np.int32).view(np.float32)
         missing = np.flatnonzero(~covered)
@@ -317,7 +319,7 @@ class _ClasswiseBinning:
             some = missing[first_row : first_row + chunk]
             block = self.y_prob[some]
             arg_max = np.argmax(block, axis=1)
-            predicted[some] = arg_max
+            correct[some] = arg_max == self.y_index.take(some)
             confidence[some] = np.take_along_axis(block, arg_max[:, None], axis=1)[:, 0]
 
     def result(self) -> ClasswiseSums:
@@ -385,7 +387,6 @@ def scan_matrix(
         and n_classes >= _SPARSE_CLASSES
         and y_prob.dtype == np.float32
     )
-    predicted = np.empty(n_samples, dtype=np.intp) if sparse_top_label else None
     if classwise_bins is not None:
         block_entries = _classwise_block_entries(y_prob.size)
         block_rows = max(1, min(block_rows, block_entries // n_classes))
@@ -401,7 +402,7 @@ def scan_matrix(
             min(block_rows, n_samples),
             weights=weights,
             true_probability=true_probability,
-            top_label=(confidence, predicted) if sparse_top_label else None,
+            top_label=(confidence, correct) if sparse_top_label else None,
             values=values,
             packed=packed,
         )
@@ -433,8 +434,6 @@ def scan_matrix(
             np.vecdot(block, block, out=squares_buffer[: stop - start])
             sum_of_squares[start:stop] = squares_buffer[: stop - start]
     classwise_sums = None if classwise is None else classwise.result()
-    if sparse_top_label:
-        np.equal(predicted, y_index, out=correct)
     return MatrixScan(confidence, correct, true_probability, sum_of_squares, classwise_sums)
 
 

@@ -68,12 +68,50 @@ def spread_scores(confidence: np.ndarray, residual: np.ndarray, values: np.ndarr
         _SmoothingProblem._spread(confidence[start:stop], residual[start:stop], values)
 
 
-class _SmoothingProblem:
-    """Confidences ``f`` and residuals ``f - y``, spread onto grids on demand."""
+def _spread_sorted(confidence: np.ndarray, residual: np.ndarray, values: np.ndarray) -> None:
+    """:func:`spread_scores` of confidences in increasing order, in chunks.
 
-    def __init__(self, confidence: np.ndarray, outcome: np.ndarray):
+    Sorted samples come in runs of one grid interval each: per run, sums of the
+    upper weight, the residual and their product give both end points' shares (the
+    lower weight is one minus the upper), so three sums replace four bincounts.
+    """
+    size = values.shape[1]
+    interior = np.arange(1, size)
+    for start in range(0, confidence.shape[0], _CHUNK_SAMPLES):
+        position = confidence[start : start + _CHUNK_SAMPLES] * (size - 1)
+        chunk_residual = residual[start : start + _CHUNK_SAMPLES]
+        # Run j holds the positions in [j, j + 1); the last, position size - 1 only,
+        # has upper weight 0.
+        starts = np.zeros(size + 1, dtype=np.intp)
+        starts[1:size] = np.searchsorted(position, interior)
+        starts[size] = position.shape[0]
+        counts = np.diff(starts)
+        runs = np.flatnonzero(counts)
+        firsts = starts.take(runs)
+        position -= position.astype(np.intp)  # the upper weight
+        upper = np.add.reduceat(position, firsts)
+        run_residual = np.add.reduceat(chunk_residual, firsts)
+        position *= chunk_residual
+        upper_residual = np.add.reduceat(position, firsts)
+        shares = np.zeros((2, size + 1))
+        # Runs j and j + 1 share a point: add the lower shares, then the upper ones.
+        shares[0, runs] += run_residual - upper_residual
+        shares[0, runs + 1] += upper_residual
+        shares[1, runs] += counts.take(runs) - upper
+        shares[1, runs + 1] += upper
+        values += shares[:, :size]
+
+
+class _SmoothingProblem:
+    """Confidences ``f`` and residuals ``f - y``, spread onto grids on demand.
+
+    ``is_sorted``: the confidences are in increasing order (spread run by run).
+    """
+
+    def __init__(self, confidence: np.ndarray, outcome: np.ndarray, *, is_sorted=False):
         self.confidence = confidence
         self.residual = confidence - outcome
+        self.is_sorted = is_sorted
         self._grids: dict[int, np.ndarray] = {}
         self._values: dict[float, float] = {}
 
@@ -82,7 +120,8 @@ class _SmoothingProblem:
         if size not in self._grids:
             values = np.zeros((2, size))
             # In chunks: the spread costs several 8-byte temporaries per sample.
-            spread_scores(self.confidence, self.residual, values)
+            spread = _spread_sorted if self.is_sorted else spread_scores
+            spread(self.confidence, self.residual, values)
             self._grids[size] = values
         return self._grids[size]
 
@@ -195,9 +234,16 @@ def _check_bandwidth(bandwidth) -> float | None:
     return bandwidth
 
 
-def smooth_ece_of_scores(confidence, outcome, bandwidth=None) -> tuple[float, float]:
-    """``(smECE, bandwidth)`` of validated float64 confidences and 0/1 outcomes."""
-    problem = _SmoothingProblem(confidence, np.asarray(outcome, dtype=np.float64))
+def smooth_ece_of_scores(
+    confidence, outcome, bandwidth=None, *, is_sorted=False
+) -> tuple[float, float]:
+    """``(smECE, bandwidth)`` of validated float64 confidences and 0/1 outcomes.
+
+    ``is_sorted``: the confidences are in increasing order.
+    """
+    problem = _SmoothingProblem(
+        confidence, np.asarray(outcome, dtype=np.float64), is_sorted=is_sorted
+    )
     if bandwidth is None:
         bandwidth = problem.fixed_point_bandwidth()
     return problem.smooth_ece(bandwidth), bandwidth

@@ -207,6 +207,8 @@ class MetricSums:
     def smooth_ece(self) -> float:
         """The smooth ECE at its fixed-point bandwidth."""
         if self.histogram is None:
+            if "sorted" in self._cache:  # the report's sort: spread run by run
+                return smooth_ece_of_scores(*self.sorted_samples(), is_sorted=True)[0]
             return smooth_ece_of_scores(*self.samples())[0]
         problem = GridSmoothing(self.histogram.grids())
         return problem.smooth_ece(problem.fixed_point_bandwidth())

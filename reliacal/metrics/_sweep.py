@@ -42,7 +42,10 @@ def sweep_n_bins(sorted_outcome: np.ndarray) -> int:
     if np.all(sorted_outcome[1:] >= sorted_outcome[:-1]):
         # Contiguous groups of a non-decreasing sequence always have non-decreasing means.
         return n_samples
-    cumulative = np.concatenate([[0.0], np.cumsum(sorted_outcome, dtype=np.float64)])
+    # Written after a leading 0 in place: no second array of n floats.
+    cumulative = np.empty(n_samples + 1)
+    cumulative[0] = 0.0
+    np.cumsum(sorted_outcome, dtype=np.float64, out=cumulative[1:])
     n_bins = 1
     while n_bins < n_samples:
         accuracy = _group_means(cumulative, n_samples, n_bins + 1)

@@ -16,6 +16,7 @@ from reliacal.metrics import (
 from reliacal.metrics._binning import uniform_bin_index
 from reliacal.metrics._calibration_error import classwise_error
 from reliacal.metrics._predictions import scan_matrix
+from reliacal.metrics._smooth import _spread_sorted, smooth_ece_of_scores, spread_scores
 
 COLUMNS = [
     "accuracy",
@@ -181,3 +182,23 @@ def test_scan_blocks_agree_with_whole_matrix():
     np.testing.assert_allclose(blocked.classwise.sum_probability, sums, rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(blocked.classwise.sum_outcome, outcomes)
     np.testing.assert_allclose(blocked.classwise.sum_probability.sum(axis=1), probs.sum(axis=0))
+
+
+@pytest.mark.parametrize("size", [2, 3, 1001, 20001])
+def test_sorted_spread_equals_the_bincount_spread(size):
+    # The report's sorted confidences are spread run by run; the oracle is the
+    # per-sample bincount spread. Ties, 0, 1 and runs longer than a chunk included.
+    rng = np.random.default_rng(3)
+    confidence = np.concatenate(
+        [[0.0, 0.5, 0.5, 1.0, 1.0], rng.uniform(size=150_000), np.full(70_000, 0.25)]
+    )
+    confidence.sort()
+    outcome = (rng.uniform(size=confidence.shape[0]) < confidence).astype(float)
+    residual = confidence - outcome
+    expected, spread = np.zeros((2, size)), np.zeros((2, size))
+    spread_scores(confidence, residual, expected)
+    _spread_sorted(confidence, residual, spread)
+    np.testing.assert_allclose(spread, expected, rtol=1e-12, atol=1e-8)
+    assert smooth_ece_of_scores(confidence, outcome, is_sorted=True) == pytest.approx(
+        smooth_ece_of_scores(confidence, outcome), rel=1e-12
+    )
