@@ -332,6 +332,15 @@ class _ClasswiseBinning:
         return ClasswiseSums(counts, sum_probability, self.outcomes.reshape(shape))
 
 
+def _row_squares(block, out):
+    """``sum_k block_ik ** 2`` per row into ``out``: ``numpy.vecdot`` from numpy 2 on,
+    ``einsum`` on the 1.x versions that pyproject.toml still allows."""
+    if hasattr(np, "vecdot"):
+        np.vecdot(block, block, out=out)
+    else:
+        np.einsum("ij,ij->i", block, block, out=out)
+
+
 def scan_matrix(
     y_prob: np.ndarray,
     y_index: np.ndarray,
@@ -431,7 +440,7 @@ def scan_matrix(
         if squares:
             # A dot product per row (BLAS where the rows are contiguous): a third of
             # einsum's time, accumulated in the input precision as well.
-            np.vecdot(block, block, out=squares_buffer[: stop - start])
+            _row_squares(block, squares_buffer[: stop - start])
             sum_of_squares[start:stop] = squares_buffer[: stop - start]
     classwise_sums = None if classwise is None else classwise.result()
     return MatrixScan(confidence, correct, true_probability, sum_of_squares, classwise_sums)

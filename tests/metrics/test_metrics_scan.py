@@ -189,3 +189,14 @@ def test_uniform_bins_of_sorted_scores_equal_the_binned_ones():
         strict=True,
     ):
         np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("has_vecdot", [True, False])
+def test_brier_score_needs_no_numpy_2_api(has_vecdot, monkeypatch):
+    # pyproject.toml allows numpy 1.24, which has no numpy.vecdot: the row squares fall back
+    # to einsum there. The oracle is the Brier score written out in float64.
+    y, probs = _matrix()
+    if not has_vecdot:
+        monkeypatch.delattr(np, "vecdot", raising=False)
+    expected = np.mean(np.sum((probs.astype(np.float64) - np.eye(50)[y]) ** 2, axis=1))
+    np.testing.assert_allclose(metrics.brier_score(y, probs), expected, rtol=1e-6)
