@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 from sklearn.utils._param_validation import Interval
@@ -43,7 +42,6 @@ __all__ = [
     "ClassicCalibrator",
     "LogisticMapsCalibrator",
     "OneVsRestCalibrator",
-    "fit_logistic_maps",
     "one_vs_rest_log_odds",
     "succession_targets",
 ]
@@ -285,61 +283,13 @@ class OneVsRestCalibrator(ClassicCalibrator):
         return mapped / totals
 
 
-def fit_logistic_maps(
-    fit_map: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], LogisticFit],
-    scores: np.ndarray,
-    targets: np.ndarray,
-    sample_weight: np.ndarray | None,
-    *,
-    failure: str,
-    max_iter: int,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Fit one map per column of ``scores``: ``(coef, intercept, n_iter)``.
-
-    ``fit_map(score, target, raw_weights, weights)`` fits the map of one
-    column (``score`` and ``target`` of shape ``(n,)``; ``raw_weights`` the
-    sample weights, ones when unweighted; ``weights`` those scaled to sum to
-    1). ``coef`` stacks the maps' ``coef`` (shape ``(m,) + coef.shape``),
-    ``n_iter`` is the most steps taken by a map. Maps that did not converge
-    raise one :class:`ConvergenceWarning`, ``failure`` formatted with
-    ``maps`` (their first ten columns) and ``max_iter``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from reliacal.calibrators._logistic import fit_logistic
-    >>> def fit_map(score, target, raw_weights, weights):
-    ...     return fit_logistic(score[:, None], target, weights)
-    >>> scores = np.array([[-2.0], [-1.0], [0.0], [1.0], [2.0]])
-    >>> targets = np.array([[0.0], [1.0], [0.0], [1.0], [1.0]])
-    >>> coef, intercept, n_iter = fit_logistic_maps(
-    ...     fit_map, scores, targets, None, failure="{maps}", max_iter=100
-    ... )
-    >>> coef.shape, intercept.shape, bool(coef[0, 0] > 0)
-    ((1, 1), (1,), True)
-    """
-    raw_weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
-    weights = raw_weights / raw_weights.sum()
-    fits = [
-        fit_map(scores[:, column], targets[:, column], raw_weights, weights)
-        for column in range(scores.shape[1])
-    ]
-    not_converged = [column for column, fit in enumerate(fits) if not fit.converged]
-    if not_converged:
-        warn_at_caller(
-            failure.format(maps=not_converged[:10], max_iter=max_iter), ConvergenceWarning
-        )
-    coef = np.array([fit.coef for fit in fits], dtype=np.float64)
-    intercept = np.array([fit.intercept for fit in fits], dtype=np.float64)
-    return coef, intercept, max(fit.n_iter for fit in fits)
-
-
 class LogisticMapsCalibrator(OneVsRestCalibrator):
     """A one-vs-rest calibrator whose maps are logistic fits by Newton's method.
 
     Subclasses have a ``max_iter`` parameter (the most Newton steps per map),
     implement ``_fit_map(score, target, raw_weights, weights) -> LogisticFit``
-    (one map, as :func:`fit_logistic_maps` calls it) and set ``_failure``, the
+    (one map: ``raw_weights`` the sample weights, ones when unweighted,
+    ``weights`` those scaled to sum to 1) and set ``_failure``, the
     warning for maps that did not converge after the class name (formatted
     with ``maps`` and ``max_iter``). ``_fit_maps`` sets ``coef_`` of shape
     ``(m,) + coef.shape``, ``intercept_`` and ``n_iter_``.
@@ -357,11 +307,16 @@ class LogisticMapsCalibrator(OneVsRestCalibrator):
         raise NotImplementedError
 
     def _fit_maps(self, scores, targets, sample_weight) -> None:
-        self.coef_, self.intercept_, self.n_iter_ = fit_logistic_maps(
-            self._fit_map,
-            scores,
-            targets,
-            sample_weight,
-            failure=f"{type(self).__name__}: {self._failure}",
-            max_iter=self.max_iter,
-        )
+        raw_weights = np.ones(scores.shape[0]) if sample_weight is None else sample_weight
+        weights = raw_weights / raw_weights.sum()
+        fits = [
+            self._fit_map(scores[:, column], targets[:, column], raw_weights, weights)
+            for column in range(scores.shape[1])
+        ]
+        not_converged = [column for column, fit in enumerate(fits) if not fit.converged]
+        if not_converged:
+            failure = self._failure.format(maps=not_converged[:10], max_iter=self.max_iter)
+            warn_at_caller(f"{type(self).__name__}: {failure}", ConvergenceWarning)
+        self.coef_ = np.array([fit.coef for fit in fits], dtype=np.float64)
+        self.intercept_ = np.array([fit.intercept for fit in fits], dtype=np.float64)
+        self.n_iter_ = max(fit.n_iter for fit in fits)
