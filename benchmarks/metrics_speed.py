@@ -113,24 +113,26 @@ def contenders(probs, labels):
     confidence = probs.max(axis=1).astype(np.float64)
     correct = (probs.argmax(axis=1) == labels).astype(np.float64)
     correct_int = correct.astype(np.int64)
+
+    def on_matrix(metric, **options):
+        return lambda: metric(labels, probs, **options)
+
     runs = {
         "numpy max + argmax (floor)": lambda: (probs.max(axis=1), probs.argmax(axis=1)),
-        "reliacal ECE": lambda: rm.expected_calibration_error(labels, probs),
-        "reliacal ECE l2": lambda: rm.expected_calibration_error(labels, probs, norm="l2"),
-        "reliacal MCE": lambda: rm.maximum_calibration_error(labels, probs),
-        "reliacal adaptive ECE": lambda: rm.expected_calibration_error(
-            labels, probs, strategy="quantile"
-        ),
-        "reliacal debiased ECE": lambda: rm.debiased_calibration_error(labels, probs),
-        "reliacal binned_statistics": lambda: rm.binned_statistics(labels, probs),
-        "reliacal classwise ECE": lambda: rm.classwise_calibration_error(labels, probs),
-        "reliacal smooth ECE (matrix)": lambda: rm.smooth_calibration_error(labels, probs),
+        "reliacal ECE": on_matrix(rm.expected_calibration_error),
+        "reliacal ECE l2": on_matrix(rm.expected_calibration_error, norm="l2"),
+        "reliacal MCE": on_matrix(rm.maximum_calibration_error),
+        "reliacal adaptive ECE": on_matrix(rm.expected_calibration_error, strategy="quantile"),
+        "reliacal debiased ECE": on_matrix(rm.debiased_calibration_error),
+        "reliacal binned_statistics": on_matrix(rm.binned_statistics),
+        "reliacal classwise ECE": on_matrix(rm.classwise_calibration_error),
+        "reliacal smooth ECE (matrix)": on_matrix(rm.smooth_calibration_error),
         "reliacal smooth ECE (conf, correct)": lambda: rm.smooth_calibration_error(
             correct_int, confidence, mode="positive"
         ),
-        "reliacal NLL": lambda: rm.negative_log_likelihood(labels, probs),
-        "reliacal Brier": lambda: rm.brier_score(labels, probs),
-        "reliacal accuracy": lambda: rm.accuracy(labels, probs),
+        "reliacal NLL": on_matrix(rm.negative_log_likelihood),
+        "reliacal Brier": on_matrix(rm.brier_score),
+        "reliacal accuracy": on_matrix(rm.accuracy),
         "reliacal calibration_report": lambda: rm.calibration_report(labels, {"m": probs}),
         "torchmetrics ECE": lambda: multiclass_calibration_error(
             probs_t, labels_t, n_classes, n_bins=15, norm="l1"

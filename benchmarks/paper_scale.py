@@ -68,7 +68,7 @@ import shlex
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # Never reach a model hub: the weights come from --weights only.
@@ -104,13 +104,10 @@ PUBLISHED_CALATTN = {
 # The authors' own CIFAR-10 ViT-B CalAttn run (their SGD recipe): top-1 and ECE, %.
 PUBLISHED_CALATTN_RUN = {("cifar10", "vit_base_patch16_224"): {"accuracy": 76.1, "ece": 1.37}}
 # DIRECTOR: (dataset, model) -> teacher and student figures.
-PUBLISHED_DIRECTOR = {
+PUBLISHED_DIRECTOR = {  # (dataset, model) -> the published figures of each model
     ("cifar10", "vit_base_patch16_224"): {
-        "teacher_parameters": 86e6,
-        "student_parameters": 50e6,
-        "teacher_ece": 18.02,
-        "student_ece": 1.61,
-        "student_accuracy": 97.17,
+        "teacher": {"parameters": 86e6, "ece": 18.02},
+        "student": {"parameters": 50e6, "ece": 1.61, "accuracy": 97.17},
     }
 }
 LOSSES = {  # --loss -> CalAttnFinetuner's base loss and Brier weight
@@ -401,18 +398,6 @@ class Settings:
     device: str = "auto"
     checkpoint_dir: Path | None = None
     seed: int = 0
-
-
-BUDGET = dict(
-    epochs=3,
-    teacher_epochs=2,
-    director_epochs=3,
-    n_train=5000,
-    n_test=2000,
-    n_ood=2000,
-    n_shift=200,
-    corruptions=("gaussian_noise", "defocus_blur", "fog"),
-)
 
 
 def scaled_milestones(epochs: int) -> tuple[int, ...]:
@@ -747,40 +732,42 @@ def director_lines(args, settings: Settings, data: Data, results: dict) -> list[
     published = PUBLISHED_DIRECTOR.get((args.dataset, args.model), {})
     teacher, student = results["teacher"], results["director"]
 
-    def row(label, scored, **extra):
-        return {"model": label, **scored, **extra}
+    def row(label, scored, model, paper=None, **extra):
+        # paper: the published figures of the same model, beside ours in paper_* columns
+        figures = {f"paper_{key}": value for key, value in (paper or {}).items()}
+        return {"model": label, **scored, "parameters": model["parameters"], **figures, **extra}
 
     rows = [
         row(
             "teacher",
             teacher["plain"],
-            paper_ece=published.get("teacher_ece"),
+            teacher,
+            published.get("teacher"),
             auroc=teacher.get("auroc_maxprob"),
-            parameters=teacher["parameters"],
-            paper_parameters=published.get("teacher_parameters"),
             fit_s=teacher["fit_s"],
         )
     ]
     if "ts" in teacher:
-        rows.append(row("teacher + TS", teacher["ts"], parameters=teacher["parameters"] + 1))
+        rows.append(
+            row("teacher + TS", teacher["ts"], teacher, parameters=teacher["parameters"] + 1)
+        )
+    shift = student.get("shift", {})
     rows += [
         row(
             "DIRECTOR, 1 path",
             student["one_path"],
-            paper_accuracy=published.get("student_accuracy"),
-            paper_ece=published.get("student_ece"),
-            parameters=student["parameters"],
-            paper_parameters=published.get("student_parameters"),
+            student,
+            published.get("student"),
             fit_s=student["fit_s"],
         ),
         row(
             f"DIRECTOR, {settings.n_paths} paths",
             student["paths"],
+            student,
             auroc=student.get("auroc_maxprob"),
             auroc_mi=student.get("auroc_mi"),
-            shift_accuracy=student.get("shift", {}).get("accuracy"),
-            shift_ece=student.get("shift", {}).get("ece"),
-            parameters=student["parameters"],
+            shift_accuracy=shift.get("accuracy"),
+            shift_ece=shift.get("ece"),
         ),
     ]
     columns = table_columns(
@@ -989,25 +976,35 @@ def parse(argv):
     return parser.parse_args(argv)
 
 
+# What --budget changes: a short version that fits a 15-minute GPU slot.
+BUDGET = dict(
+    epochs=3,
+    teacher_epochs=2,
+    director_epochs=3,
+    n_train=5000,
+    n_test=2000,
+    n_ood=2000,
+    n_shift=200,
+    corruptions=("gaussian_noise", "defocus_blur", "fog"),
+)
+# What --stand-in changes: a tiny model on generated images, for the tests.
+STAND_IN = dict(
+    epochs=2,
+    teacher_epochs=2,
+    director_epochs=2,
+    batch_size=16,
+    director_batch_size=16,
+    director_depth=1,
+    n_paths=4,
+)
+
+
 def settings_for(args) -> Settings:
     settings = Settings(device=args.device, checkpoint_dir=args.checkpoint_dir, seed=args.seed)
     if args.budget:
-        settings = Settings(**{**settings.__dict__, **BUDGET})
+        settings = replace(settings, **BUDGET)
     if args.stand_in:
-        settings = Settings(
-            **{
-                **settings.__dict__,
-                **dict(
-                    epochs=2,
-                    teacher_epochs=2,
-                    director_epochs=2,
-                    batch_size=16,
-                    director_batch_size=16,
-                    director_depth=1,
-                    n_paths=4,
-                ),
-            }
-        )
+        settings = replace(settings, **STAND_IN)
     for name in ("epochs", "director_epochs", "teacher_epochs", "director_depth"):
         if getattr(args, name) is not None:
             setattr(settings, name, getattr(args, name))
@@ -1087,8 +1084,8 @@ def count_parameters(args, settings: Settings, log) -> int:
         random_state=0,
     ).fit(X, y)
     published = PUBLISHED_DIRECTOR.get(("cifar10", args.model), {})
-    teacher_ref = published.get("teacher_parameters")
-    student_ref = published.get("student_parameters")
+    teacher_ref = published.get("teacher", {}).get("parameters")
+    student_ref = published.get("student", {}).get("parameters")
     lines = [
         f"# Parameters of {args.model} (10 classes), its CalAttn head and its DIRECTOR student",
         "",

@@ -22,17 +22,17 @@ with np.load(record / "tests" / "data" / "wideresnet-16-4-cifar-10.npz") as data
     probabilities = data["predictions"]
     labels = data["ground_truth"].astype(int)
 
-# The record holds probabilities; their logs are logits (up to a constant per row).
-logits = np.log(np.clip(probabilities, 1e-12, None))
 order = np.random.default_rng(0).permutation(len(labels))
 calibration, test = order[:5000], order[5000:]
 
-ts = TemperatureScaling().fit(logits[calibration], labels[calibration])
+# The record holds probabilities: input="probs" scales their logs (logits up to a
+# constant per row, which softmax ignores).
+ts = TemperatureScaling(input="probs").fit(probabilities[calibration], labels[calibration])
 print(f"T = {ts.temperature_:.3f}")
 
 predictions = {
     "uncalibrated": probabilities[test],
-    "temperature scaling": ts.predict_proba(logits[test]),
+    "temperature scaling": ts.predict_proba(probabilities[test]),
 }
 print(calibration_report(labels[test], predictions)[["accuracy", "ece", "nll", "brier"]])
 

@@ -151,8 +151,9 @@ class ScoreHistogram:
                 chosen = np.flatnonzero(marks & (1 << bit))
                 spread_scores(confidence[chosen], confidence[chosen] - outcome[chosen], values)
 
-    # The per-bucket sums (a sum over the axis of length 2 would be a slow per-row
-    # reduction: the two columns are added instead).
+    # The per-bucket totals over both outcomes (a sum over the axis of length 2 would be
+    # a slow per-row reduction: the two columns are added instead), then the outcome-1
+    # parts.
 
     @property
     def counts(self) -> np.ndarray:
@@ -160,14 +161,14 @@ class ScoreHistogram:
         return self.tallies[:, 0] + self.tallies[:, 1]
 
     @property
-    def positives(self) -> np.ndarray:
-        """Samples with outcome 1 per bucket."""
-        return self.tallies[:, 1].copy()
-
-    @property
     def sum_confidence(self) -> np.ndarray:
         """Sum of the confidences per bucket."""
         return self.confidence_sums[:, 0] + self.confidence_sums[:, 1]
+
+    @property
+    def positives(self) -> np.ndarray:
+        """Samples with outcome 1 per bucket."""
+        return self.tallies[:, 1].copy()
 
     @property
     def sum_positive_confidence(self) -> np.ndarray:

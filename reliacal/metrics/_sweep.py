@@ -189,9 +189,15 @@ def underconfidence_error(
 
     Examples
     --------
-    >>> y_prob = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
-    >>> round(underconfidence_error([0, 1, 1, 0], y_prob, n_bins=5), 4)
-    0.125
+    Every prediction right, none more confident than 0.7: all of the ECE is
+    under-confidence.
+
+    >>> y_true = [0, 0, 1, 1]
+    >>> y_prob = [[0.6, 0.4], [0.55, 0.45], [0.3, 0.7], [0.45, 0.55]]
+    >>> round(underconfidence_error(y_true, y_prob, n_bins=5), 4)
+    0.4
+    >>> overconfidence_error(y_true, y_prob, n_bins=5)
+    0.0
     """
     return signed_part(_binned(y_true, y_prob, n_bins, strategy, mode, labels), -1.0)
 
