@@ -171,6 +171,29 @@ def test_confidence_statistics_match_a_numpy_computation():
     np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
 
 
+def test_confidence_statistics_have_the_values_and_gradients_of_topk():
+    # The top two come from two maxima (faster than topk on the CPU); the oracle is
+    # topk(2) itself. Exact ties (rows 0 and 1) have the same values; their gradient is a
+    # choice among equal entries, topk's own being unspecified, so it is compared elsewhere.
+    logits = torch.randn(40, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    logits[0, 2:4] = logits[0].max() + 1.0
+    logits[1] = 0.5
+    logits.requires_grad_(True)
+    log_p = torch.log_softmax(logits, dim=1)
+    top_two = log_p.topk(2, dim=1).values
+    expected = torch.stack(
+        [top_two[:, 0], top_two[:, 0] - top_two[:, 1], -(log_p.exp() * log_p).sum(dim=1)],
+        dim=1,
+    )
+    actual = adaptive.confidence_statistics(logits)
+    assert torch.equal(actual, expected)
+    assert float(actual[0, 1]) == 0.0 and float(actual[1, 1]) == 0.0
+    weights = torch.randn(40, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    (ours,) = torch.autograd.grad((actual * weights).sum(), logits)
+    (theirs,) = torch.autograd.grad((expected * weights).sum(), logits)
+    torch.testing.assert_close(ours[2:], theirs[2:], rtol=1e-12, atol=1e-15)
+
+
 def test_confidence_inputs_enter_the_temperature_head_standardised():
     torch.manual_seed(0)
     network = _AdaptiveTemperatureNetwork(
