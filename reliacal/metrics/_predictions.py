@@ -29,6 +29,10 @@ _SPARSE_CLASSES = 32
 # Up to this many classes, the arg-max (and the row maximum) run column by column.
 _COLUMN_PASS_CLASSES = 4
 _COLUMN_MAX_CLASSES = 32
+# Bits of a float32 in [0, 1] (at most those of 1.0, 0x3F800000), and of a key of the
+# top label: an int64's, less its sign.
+_VALUE_BITS = 30
+_KEY_BITS = 63
 
 
 def _classwise_block_entries(matrix_size: int) -> int:
@@ -171,6 +175,12 @@ class _ClasswiseBinning:
         # (rows, 1), as the product with a column writes it (a view of a vector with
         # a stride-0 axis would make numpy skip BLAS).
         self._row_sums = np.empty((self._group_rows, 1), dtype=dtype)
+        # The top label's keys (see _top_label): a float32 in [0, 1] has 30 significant
+        # bits, then the column's complement and, where they fit, the row in the group.
+        self._column_bits = max(1, (n_classes - 1).bit_length())
+        row_shift = _VALUE_BITS + self._column_bits
+        fits = row_shift + self._group_rows.bit_length() <= _KEY_BITS
+        self._row_shift = row_shift if fits else None
         self._entries: list[tuple] = []
         self._pending = 0
         self._start = self._stop = 0  # the rows of the pending group
@@ -294,23 +304,40 @@ class _ClasswiseBinning:
         The flags are written here, so that no array of n predicted columns exists.
         """
         confidence, correct = self.top_label
-        n_classes = self.n_classes
-        covered = np.zeros(stop - start, dtype=bool)
+        n_classes, column_bits = self.n_classes, self._column_bits
+        n_rows = stop - start
+        row_ids = np.empty(0, dtype=np.intp)
         if rows.shape[0]:
             key = values.view(np.int32).astype(np.int64)
-            key <<= 32
+            key <<= column_bits
             key |= (n_classes - 1) - columns
-            first = np.flatnonzero(rows[1:] != rows[:-1])
-            first += 1
-            first = np.concatenate([[0], first])
-            best = np.maximum.reduceat(key, first)
-            row_ids = rows[first]
-            covered[row_ids] = True
+            # Each row's last entry.
+            last = np.flatnonzero(rows[1:] != rows[:-1])
+            last = np.append(last, rows.shape[0] - 1)
+            if self._row_shift is None:
+                best = np.maximum.reduceat(key, np.concatenate([[0], last[:-1] + 1]))
+            else:
+                # With the row above them, the keys of a row exceed those of every
+                # earlier row: a running maximum (one cheap pass, where reduceat pays
+                # per row) holds each row's largest key at its last entry.
+                key |= rows << self._row_shift
+                np.maximum.accumulate(key, out=key)
+                best = key.take(last)
+                best &= (1 << self._row_shift) - 1
+            row_ids = rows.take(last)
+            predicted = (n_classes - 1) - (best & ((1 << column_bits) - 1))
+            best >>= column_bits
+            top = best.astype(np.int32).view(np.float32)
+            if row_ids.shape[0] == n_rows:  # every row has an entry: slices, no scatter
+                np.equal(predicted, self.y_index[start:stop], out=correct[start:stop])
+                confidence[start:stop] = top
+                return
             row_ids += start
-            predicted = (n_classes - 1) - (best & 0xFFFFFFFF)
             correct[row_ids] = predicted == self.y_index.take(row_ids)
-            best >>= 32
-            confidence[row_ids] = best.astype(np.int32).view(np.float32)
+            confidence[row_ids] = top
+            row_ids -= start
+        covered = np.zeros(n_rows, dtype=bool)
+        covered[row_ids] = True
         missing = np.flatnonzero(~covered)
         missing += start
         # A block's worth of rows at a time: the gathered rows are a copy.

@@ -11,7 +11,7 @@ import pytest
 
 from reliacal import metrics
 from reliacal._validation import check_probabilities, check_probability_inputs
-from reliacal.metrics import CalibrationState, calibration_report, softmax
+from reliacal.metrics import CalibrationState, _predictions, calibration_report, softmax
 from reliacal.metrics._binning import uniform_sums, uniform_sums_of_sorted
 from reliacal.metrics._edges import uniform_bin_index
 from reliacal.metrics._predictions import (
@@ -99,7 +99,13 @@ def test_row_sums_at_the_tolerance_are_decided_as_the_upfront_check_decides(dtyp
             metrics.classwise_calibration_error(labels, scaled)
 
 
-def test_the_top_label_from_the_entries_above_the_first_edge_is_numpys_argmax():
+# 63: each row's key holds its row, read after a running maximum; 40: too few bits for
+# the row, a maximum per row (reduceat).
+@pytest.mark.parametrize("key_bits", [63, 40])
+def test_the_top_label_from_the_entries_above_the_first_edge_is_numpys_argmax(
+    key_bits, monkeypatch
+):
+    monkeypatch.setattr(_predictions, "_KEY_BITS", key_bits)
     labels, probs = _matrix(n_samples=5000, n_classes=64, seed=1)
     probs[:300] = 1 / 64  # no entry above 1 / 15: the row's own arg-max
     probs[300:600, 10] = probs[300:600, 20] = 0.4  # ties: the first column
