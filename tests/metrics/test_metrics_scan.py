@@ -197,6 +197,24 @@ def test_uniform_bins_of_sorted_scores_equal_the_binned_ones():
         np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
+def test_float32_sort_keys_order_as_numpys_lexsort():
+    # The oracle: numpy.lexsort by confidence, then outcome, of float32 numbers with
+    # ties (0, 1, repeats and neighbours one unit apart).
+    rng = np.random.default_rng(5)
+    values = rng.random(4000, dtype=np.float32)
+    values[:300] = 0
+    values[300:600] = 1
+    values[600:1200] = values[1200:1800]
+    values[1800:1900] = np.nextafter(values[1900:2000], np.float32(1))
+    confidence = values.astype(np.float64)
+    outcome = rng.random(confidence.shape[0]) < 0.5
+    order = np.lexsort((outcome, confidence))
+    sorted_confidence, sorted_outcome = sort_scores(confidence, outcome, float32_values=True)
+    assert sorted_confidence.dtype == np.float64
+    np.testing.assert_array_equal(sorted_confidence, confidence[order])
+    np.testing.assert_array_equal(sorted_outcome, outcome[order])
+
+
 @pytest.mark.parametrize("has_vecdot", [True, False])
 def test_brier_score_needs_no_numpy_2_api(has_vecdot, monkeypatch):
     # pyproject.toml allows numpy 1.24, which has no numpy.vecdot: the row squares fall back
