@@ -181,10 +181,36 @@ class _ClasswiseBinning:
         row_shift = _VALUE_BITS + self._column_bits
         fits = row_shift + self._group_rows.bit_length() <= _KEY_BITS
         self._row_shift = row_shift if fits else None
+        self._views: dict[int, tuple] = {}
         self._entries: list[tuple] = []
         self._pending = 0
         self._start = self._stop = 0  # the rows of the pending group
         self._summed_rows = 0  # the group's first rows, whose row sums await their check
+
+    def _buffers(self, n_rows: int) -> tuple:
+        """The views of the per-block buffers for blocks of ``n_rows`` rows.
+
+        Made once per block size (every block but the last has the same), so that a
+        block slices nothing.
+        """
+        if n_rows not in self._views:
+            entries = n_rows * self.n_classes
+            cast = None if self.cast is None else self.cast[:n_rows]
+            mask = words = nonzero_words = None
+            if self.packed:
+                mask = self.mask[: entries + (-entries % 8)]
+                words = mask.view(np.uint64)
+                nonzero_words = np.empty(words.shape[0], dtype=bool)
+            self._views[n_rows] = (
+                cast,
+                self.ones[:, :n_rows],
+                self.row_offsets[:n_rows],
+                self.offsets[:n_rows],
+                None if mask is None else mask[:entries],
+                words,
+                nonzero_words,
+            )
+        return self._views[n_rows]
 
     def add_block(self, block, start: int) -> None:
         """Add the rows ``start:start + len(block)`` (checked at :meth:`flush`)."""
@@ -193,11 +219,8 @@ class _ClasswiseBinning:
         if not self._entries:
             self._start = start
         position = start - self._start
+        cast, ones, row_offsets, offsets, mask, words, nonzero_words = self._buffers(n_rows)
         flat_block = block.reshape(-1)  # a C-ordered copy of other layouts
-        offsets = np.add(
-            self.row_offsets[:n_rows], self.y_index[start:stop], out=self.offsets[:n_rows]
-        )
-        flat_block.take(offsets, out=self._true_values[position : position + n_rows])
         above, threshold = flat_block, self.threshold
         if self.values is not None and not self.values.checked:
             row_sums = self._row_sums[position : position + n_rows]
@@ -208,39 +231,38 @@ class _ClasswiseBinning:
             above, threshold = flat_block.view(self.bits), self.threshold_bits
         # The column sums in float64, of a C-ordered float64 block, so that their
         # rounding does not depend on the input's dtype or memory layout.
-        if self.cast is None:
+        if cast is None:
             cast = block
         else:
-            cast = self.cast[:n_rows]
             np.copyto(cast, block)
-        if self.weights is None:
-            row_weights = self.ones[:, :n_rows]
-        else:  # a reshape, not a new axis: no stride-0 axis, so BLAS computes it
-            row_weights = self.weights[start:stop].reshape(1, n_rows)
-        self.column_sums += (row_weights @ cast)[0]
+        if self.weights is not None:  # a reshape, not a new axis: no stride-0 axis, so BLAS
+            ones = self.weights[start:stop].reshape(1, n_rows)
+        self.column_sums += (ones @ cast)[0]
+        # Gathered after the block's first full read: from the cache, not one memory
+        # round trip per row.
+        np.add(row_offsets, self.y_index[start:stop], out=offsets)
+        flat_block.take(offsets, out=self._true_values[position : position + n_rows])
         if self.packed:
-            size = flat_block.shape[0]
-            mask = self.mask[: size + (-size % 8)]
-            np.greater(above, threshold, out=mask[:size])
-            if size % 8:  # the last block: pad to whole words
-                mask[size:] = False  # the buffer may hold an earlier block's mask
-            words = mask.view(np.uint64)
-            word = np.flatnonzero(words != 0)  # faster than on the words themselves
-            # The mask bytes of the non-zero words, in order: the entries' positions,
+            np.greater(above, threshold, out=mask)
+            if mask.shape[0] % 8:  # the last block: pad to whole words
+                self.mask[mask.shape[0] : words.shape[0] * 8] = False
+            # The non-zero words (a boolean pass is faster than one on the words
+            # themselves), then their mask bytes, in order: the entries' positions,
             # whose values are read while the block is in cache.
-            hit = np.flatnonzero(words.take(word).view(np.bool_))
+            word = np.not_equal(words, 0, out=nonzero_words).nonzero()[0]
+            hit = words.take(word).view(np.bool_).nonzero()[0]
             flat = word.take(hit >> 3)
             flat <<= 3
             flat += hit & 7
             values = flat_block.take(flat)
-            flat += start * self.n_classes
-            entries = (flat, values)
         else:
-            flat = np.flatnonzero(above > threshold)
-            entries = (flat + start * self.n_classes, flat_block.take(flat))
-        self._entries.append(entries)
+            flat = (above > threshold).nonzero()[0]
+            values = flat_block.take(flat)
+        # Positions in the group, as flush reads them.
+        flat += position * self.n_classes
+        self._entries.append((flat, values))
         self._stop = stop
-        self._pending += entries[0].shape[0] + n_rows
+        self._pending += flat.shape[0] + n_rows
         if self._pending >= self._limit or position + 2 * n_rows > self._group_rows:
             self.flush()
 
@@ -268,7 +290,6 @@ class _ClasswiseBinning:
         start, stop = self._start, self._stop
         flat = np.concatenate([part[0] for part in blocks])
         values = np.concatenate([part[1] for part in blocks])
-        flat -= start * self.n_classes
         if self._summed_rows:
             flat, values = self._checked_entries(flat, values)
         true_values = self._true_values[: stop - start]
