@@ -77,6 +77,7 @@ def _spread_sorted(confidence: np.ndarray, residual: np.ndarray, values: np.ndar
     """
     size = values.shape[1]
     interior = np.arange(1, size)
+    whole = np.empty(min(_CHUNK_SAMPLES, confidence.shape[0]))  # the integer parts
     for start in range(0, confidence.shape[0], _CHUNK_SAMPLES):
         position = confidence[start : start + _CHUNK_SAMPLES] * (size - 1)
         chunk_residual = residual[start : start + _CHUNK_SAMPLES]
@@ -88,7 +89,10 @@ def _spread_sorted(confidence: np.ndarray, residual: np.ndarray, values: np.ndar
         counts = np.diff(starts)
         runs = np.flatnonzero(counts)
         firsts = starts.take(runs)
-        position -= position.astype(np.intp)  # the upper weight
+        # The upper weight: the fractional part, position minus its truncation (exact),
+        # in floats: a subtraction of integers would cast them one by one.
+        truncated = np.trunc(position, out=whole[: position.shape[0]])
+        position -= truncated
         upper = np.add.reduceat(position, firsts)
         run_residual = np.add.reduceat(chunk_residual, firsts)
         position *= chunk_residual
