@@ -9,10 +9,8 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import run_ends, sort_scores
-from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 # Samples per chunk of spiegelhalter_sums.
 _CHUNK = 1 << 16
@@ -26,9 +24,7 @@ class SpiegelhalterResult(NamedTuple):
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return confidence, outcome.astype(np.float64)
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reliacal._validation import array_namespace, check_classwise_bins
+from reliacal._validation import array_namespace, check_classwise_bins, on_its_device
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
-from reliacal.metrics.modes import POSITIVE, SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_prediction_inputs, check_predictions
+from reliacal.metrics.modes import POSITIVE, SCORE_MODES, TOP_LABEL, check_mode
 
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22
@@ -582,4 +583,26 @@ def confidences_and_outcomes(
         confidence = xp.astype(xp.max(y_prob, axis=1), xp.float64) + 0.0
         return confidence, xp.argmax(y_prob, axis=1) == y_index
     scan = scan_matrix(y_prob, y_index)
+    return without_negative_zero(scan.confidence), scan.correct
+
+
+def checked_scores(
+    y_true, y_prob, mode: str, *, labels=None, on_device: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`confidences_and_outcomes` of unchecked predictions, checked as every metric is.
+
+    A numpy matrix's top label comes from :func:`scan_matrix`, which runs the value
+    checks on each row block it reads, so that no other pass over the matrix looks
+    for its minimum, maximum and row sums; an error is the one
+    :func:`~reliacal.metrics._inputs.check_predictions` raises. Other inputs (and,
+    with ``on_device``, a tensor on its device) are checked first.
+    """
+    check_mode(mode, SCORE_MODES)
+    if mode != TOP_LABEL or (on_device and on_its_device(y_prob)):
+        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=on_device)
+        return confidences_and_outcomes(y_index, y_prob, mode)
+    y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
+    if y_prob.ndim != 2:  # checked already
+        return confidences_and_outcomes(y_index, y_prob, mode)
+    scan = scan_matrix(y_prob, y_index, values=values)
     return without_negative_zero(scan.confidence), scan.correct

@@ -19,9 +19,7 @@ from scipy import fft
 
 from reliacal._docstrings import shared_doc
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
-from reliacal.metrics.modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import checked_scores
 
 # relplot's defaults: evaluation grid size, bisection steps, smallest bandwidth and
 # the constant that keeps the smoothed density away from 0.
@@ -237,9 +235,7 @@ def _interpolate(points: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return confidence, outcome.astype(np.float64)
 
 

@@ -8,10 +8,8 @@ from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option
 from reliacal.metrics._binning import STRATEGIES, array_split_starts, bin_scores
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import sort_scores
-from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 SWEEP_NORMS = ("l1", "l2")
 # Bin counts whose accuracies come from counting each group's positives; larger
@@ -20,9 +18,7 @@ _SLICED_COUNTS = 8
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    return confidences_and_outcomes(y_index, y_prob, mode)
+    return checked_scores(y_true, y_prob, mode, labels=labels)
 
 
 def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndarray:

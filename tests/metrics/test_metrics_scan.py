@@ -66,6 +66,16 @@ def test_checks_in_the_pass_raise_what_the_upfront_check_raises(kind, dtype):
     calls = {
         "classwise": lambda: metrics.classwise_calibration_error(labels, probs),
         "state": lambda: CalibrationState().update(labels, probs),
+        # The top-label metrics whose scan runs the checks (checked_scores).
+        "ece": lambda: metrics.expected_calibration_error(labels, probs),
+        "adaptive ece": lambda: metrics.expected_calibration_error(
+            labels, probs, strategy="quantile"
+        ),
+        "debiased": lambda: metrics.debiased_calibration_error(labels, probs),
+        "binned statistics": lambda: metrics.binned_statistics(labels, probs),
+        "smooth": lambda: metrics.smooth_calibration_error(labels, probs),
+        "ks": lambda: metrics.ks_calibration_error(labels, probs),
+        "sweep": lambda: metrics.monotonic_sweep_calibration_error(labels, probs),
     }
     for name, call in calls.items():
         assert _message(call) == expected, name
@@ -80,6 +90,7 @@ def test_a_bad_value_is_reported_before_a_bad_label():
     expected = _message(lambda: check_probabilities(labels, probs))
     assert "NaN" in expected
     assert _message(lambda: metrics.classwise_calibration_error(labels, probs)) == expected
+    assert _message(lambda: metrics.expected_calibration_error(labels, probs)) == expected
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -95,8 +106,11 @@ def test_row_sums_at_the_tolerance_are_decided_as_the_upfront_check_decides(dtyp
             with pytest.raises(ValueError, match="rows of y_prob must sum to 1"):
                 metrics.classwise_calibration_error(labels, scaled)
             assert _message(lambda s=scaled: CalibrationState().update(labels, s)) == str(error)
+            with pytest.raises(ValueError, match="rows of y_prob must sum to 1"):
+                metrics.binned_statistics(labels, scaled)
         else:
             metrics.classwise_calibration_error(labels, scaled)
+            metrics.binned_statistics(labels, scaled)
 
 
 # 63: each row's key holds its row, read after a running maximum; 40: too few bits for
