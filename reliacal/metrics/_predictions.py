@@ -235,14 +235,16 @@ class _ClasswiseBinning:
         if cast is None:
             cast = block
         else:
-            np.copyto(cast, block)
+            cast[...] = block  # no array-function dispatch, unlike numpy.copyto
         if self.weights is not None:  # a reshape, not a new axis: no stride-0 axis, so BLAS
             ones = self.weights[start:stop].reshape(1, n_rows)
         self.column_sums += (ones @ cast)[0]
         # Gathered after the block's first full read: from the cache, not one memory
         # round trip per row.
         np.add(row_offsets, self.y_index[start:stop], out=offsets)
-        flat_block.take(offsets, out=self._true_values[position : position + n_rows])
+        # mode="clip": the offsets are valid, and the default mode copies `out`.
+        true_values = self._true_values[position : position + n_rows]
+        flat_block.take(offsets, out=true_values, mode="clip")
         if self.packed:
             np.greater(above, threshold, out=mask)
             if mask.shape[0] % 8:  # the last block: pad to whole words
