@@ -342,10 +342,19 @@ class _ClasswiseBinning:
                 best = np.maximum.reduceat(key, np.concatenate([[0], last[:-1] + 1]))
             else:
                 # With the row above them, the keys of a row exceed those of every
-                # earlier row: a running maximum (one cheap pass, where reduceat pays
-                # per row) holds each row's largest key at its last entry.
+                # earlier row, so a maximum over each entry and its predecessors, in
+                # doubling steps until they span the longest row, holds each row's
+                # largest key at its last entry (reduceat pays per row, and a running
+                # maximum is a sequential pass).
                 key |= rows << self._row_shift
-                np.maximum.accumulate(key, out=key)
+                longest = int(np.diff(last, prepend=-1).max())
+                other = np.empty_like(key)
+                step = 1
+                while step < longest:
+                    other[:step] = key[:step]
+                    np.maximum(key[step:], key[:-step], out=other[step:])
+                    key, other = other, key
+                    step *= 2
                 best = key.take(last)
                 best &= (1 << self._row_shift) - 1
             row_ids = rows.take(last)

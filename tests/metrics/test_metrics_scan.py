@@ -124,6 +124,8 @@ def test_the_top_label_from_the_entries_above_the_first_edge_is_numpys_argmax(
     probs[:300] = 1 / 64  # no entry above 1 / 15: the row's own arg-max
     probs[300:600, 10] = probs[300:600, 20] = 0.4  # ties: the first column
     probs[300:600] /= probs[300:600].sum(axis=1, keepdims=True)
+    probs[600:700] = 0.0  # fourteen equal entries above 1 / 15: long rows, all tied
+    probs[600:700, 3:59:4] = 1 / 14
     scan = scan_matrix(probs, labels, classwise_bins=15)
     np.testing.assert_array_equal(scan.confidence, probs.max(axis=1).astype(np.float64))
     np.testing.assert_array_equal(scan.correct, probs.argmax(axis=1) == labels)
