@@ -303,12 +303,14 @@ class _ClasswiseBinning:
         rows = flat // self.n_classes
         columns = flat - rows * self.n_classes
         n_cells = self.counts.shape[0]
+        # The values in float64 once (exactly), for the bins and the sums: bincount
+        # and a float32-by-float64 product would each cast them again.
+        values64 = values.astype(np.float64, copy=False)
         cells = columns * self.n_bins
-        cells += bins_of(values, self.n_bins, float32_values=self.float32_values, positive=True)
+        cells += bins_of(values64, self.n_bins, float32_values=self.float32_values, positive=True)
         entry_weights = None if weights is None else weights.take(rows)
         self.counts += np.bincount(cells, weights=entry_weights, minlength=n_cells)
-        # bincount sums its weights in float64: float32 values are cast exactly.
-        weighted_values = values if weights is None else values * entry_weights
+        weighted_values = values64 if weights is None else values64 * entry_weights
         self.sums += np.bincount(cells, weights=weighted_values, minlength=n_cells)
         true_cells = self.y_index[start:stop] * self.n_bins
         true_cells += bins_of(true_values, self.n_bins, float32_values=self.float32_values)
