@@ -23,8 +23,7 @@ from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option
 from reliacal.metrics._docs import METRIC_DOCS
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import score_key, scores_of_key
 from reliacal.metrics.modes import SCORE_MODES, check_mode
 
@@ -253,6 +252,5 @@ def binned_statistics(
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
     check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return bin_scores(confidence, outcome, n_bins, strategy)

@@ -20,6 +20,7 @@ from reliacal.metrics._inputs import check_prediction_inputs, check_predictions
 from reliacal.metrics._predictions import (
     ClasswiseSums,
     binary_columns,
+    checked_scores,
     confidences_and_outcomes,
     scan_matrix,
     without_negative_zero,
@@ -219,8 +220,7 @@ def expected_calibration_error(
             y_true, y_prob, n_bins=n_bins, strategy=strategy, norm=norm, labels=labels
         )
     n_bins = _check_common(n_bins, strategy, norm)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels, on_device=True)
     if is_torch_tensor(confidence):
         xp = array_namespace(confidence)
         sums = _array_api.device_binned_sums(confidence, outcome, n_bins, strategy, xp)
@@ -380,6 +380,9 @@ def debiased_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy)
     check_mode(mode, ERROR_MODES)
+    if mode != CLASSWISE and not on_its_device(y_prob):
+        confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
+        return debiased_error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy))
     y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
     if is_torch_tensor(y_prob):
         xp = array_namespace(y_prob)

@@ -9,10 +9,8 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import run_ends, sort_scores
-from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 # Samples per chunk of spiegelhalter_sums.
 _CHUNK = 1 << 16
@@ -26,9 +24,7 @@ class SpiegelhalterResult(NamedTuple):
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return confidence, outcome.astype(np.float64)
 
 
@@ -87,11 +83,23 @@ def spiegelhalter_sums(confidence: np.ndarray, outcome: np.ndarray) -> tuple[flo
     Summed in chunks, so that the temporaries stay small beside the report's O(n) arrays.
     """
     deviation = variance = 0.0
+    size = min(_CHUNK, confidence.shape[0])
+    slope, term = np.empty(size), np.empty(size)  # reused: no allocation per chunk
     for start in range(0, confidence.shape[0], _CHUNK):
         forecast = confidence[start : start + _CHUNK]
-        slope = 1.0 - 2.0 * forecast
-        deviation += float(np.sum((outcome[start : start + _CHUNK] - forecast) * slope))
-        variance += float(np.sum(slope**2 * forecast * (1.0 - forecast)))
+        n = forecast.shape[0]
+        chunk_slope, chunk_term = slope[:n], term[:n]
+        # 1 - 2 x, then (o - x)(1 - 2 x) and (1 - 2 x)^2 x (1 - x), each in this order.
+        np.multiply(forecast, 2.0, out=chunk_slope)
+        np.subtract(1.0, chunk_slope, out=chunk_slope)
+        np.subtract(outcome[start : start + _CHUNK], forecast, out=chunk_term, dtype=np.float64)
+        chunk_term *= chunk_slope
+        deviation += float(np.sum(chunk_term))
+        np.square(chunk_slope, out=chunk_term)
+        chunk_term *= forecast
+        np.subtract(1.0, forecast, out=chunk_slope)
+        chunk_term *= chunk_slope
+        variance += float(np.sum(chunk_term))
     return deviation, variance
 
 

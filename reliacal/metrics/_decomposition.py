@@ -18,10 +18,8 @@ import numpy as np
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_option
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import run_ends, sort_scores
-from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 SCORES = ("brier", "log")
 
@@ -118,9 +116,7 @@ def _pooled_by_forecast(sorted_confidence: np.ndarray, sorted_outcome: np.ndarra
 
 
 def _corp_scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    return confidences_and_outcomes(y_index, y_prob, mode)
+    return checked_scores(y_true, y_prob, mode, labels=labels)
 
 
 @shared_doc(METRIC_DOCS)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reliacal._validation import array_namespace, check_classwise_bins
+from reliacal._validation import array_namespace, check_classwise_bins, on_its_device
 from reliacal.metrics._edges import uniform_bin_index, uniform_edges
-from reliacal.metrics.modes import POSITIVE, SCORE_MODES, check_mode
+from reliacal.metrics._inputs import check_prediction_inputs, check_predictions
+from reliacal.metrics.modes import POSITIVE, SCORE_MODES, TOP_LABEL, check_mode
 
 # Row blocks of about 4 MiB stay in cache while several reductions read them.
 _BLOCK_BYTES = 1 << 22
@@ -29,6 +30,10 @@ _SPARSE_CLASSES = 32
 # Up to this many classes, the arg-max (and the row maximum) run column by column.
 _COLUMN_PASS_CLASSES = 4
 _COLUMN_MAX_CLASSES = 32
+# Bits of a float32 in [0, 1] (at most those of 1.0, 0x3F800000), and of a key of the
+# top label: an int64's, less its sign.
+_VALUE_BITS = 30
+_KEY_BITS = 63
 
 
 def _classwise_block_entries(matrix_size: int) -> int:
@@ -171,10 +176,42 @@ class _ClasswiseBinning:
         # (rows, 1), as the product with a column writes it (a view of a vector with
         # a stride-0 axis would make numpy skip BLAS).
         self._row_sums = np.empty((self._group_rows, 1), dtype=dtype)
+        # The top label's keys (see _top_label): a float32 in [0, 1] has 30 significant
+        # bits, then the column's complement and, where they fit, the row in the group.
+        self._column_bits = max(1, (n_classes - 1).bit_length())
+        row_shift = _VALUE_BITS + self._column_bits
+        fits = row_shift + self._group_rows.bit_length() <= _KEY_BITS
+        self._row_shift = row_shift if fits else None
+        self._views: dict[int, tuple] = {}
         self._entries: list[tuple] = []
         self._pending = 0
         self._start = self._stop = 0  # the rows of the pending group
         self._summed_rows = 0  # the group's first rows, whose row sums await their check
+
+    def _buffers(self, n_rows: int) -> tuple:
+        """The views of the per-block buffers for blocks of ``n_rows`` rows.
+
+        Made once per block size (every block but the last has the same), so that a
+        block slices nothing.
+        """
+        if n_rows not in self._views:
+            entries = n_rows * self.n_classes
+            cast = None if self.cast is None else self.cast[:n_rows]
+            mask = words = nonzero_words = None
+            if self.packed:
+                mask = self.mask[: entries + (-entries % 8)]
+                words = mask.view(np.uint64)
+                nonzero_words = np.empty(words.shape[0], dtype=bool)
+            self._views[n_rows] = (
+                cast,
+                self.ones[:, :n_rows],
+                self.row_offsets[:n_rows],
+                self.offsets[:n_rows],
+                None if mask is None else mask[:entries],
+                words,
+                nonzero_words,
+            )
+        return self._views[n_rows]
 
     def add_block(self, block, start: int) -> None:
         """Add the rows ``start:start + len(block)`` (checked at :meth:`flush`)."""
@@ -183,11 +220,8 @@ class _ClasswiseBinning:
         if not self._entries:
             self._start = start
         position = start - self._start
+        cast, ones, row_offsets, offsets, mask, words, nonzero_words = self._buffers(n_rows)
         flat_block = block.reshape(-1)  # a C-ordered copy of other layouts
-        offsets = np.add(
-            self.row_offsets[:n_rows], self.y_index[start:stop], out=self.offsets[:n_rows]
-        )
-        flat_block.take(offsets, out=self._true_values[position : position + n_rows])
         above, threshold = flat_block, self.threshold
         if self.values is not None and not self.values.checked:
             row_sums = self._row_sums[position : position + n_rows]
@@ -198,39 +232,40 @@ class _ClasswiseBinning:
             above, threshold = flat_block.view(self.bits), self.threshold_bits
         # The column sums in float64, of a C-ordered float64 block, so that their
         # rounding does not depend on the input's dtype or memory layout.
-        if self.cast is None:
+        if cast is None:
             cast = block
         else:
-            cast = self.cast[:n_rows]
-            np.copyto(cast, block)
-        if self.weights is None:
-            row_weights = self.ones[:, :n_rows]
-        else:  # a reshape, not a new axis: no stride-0 axis, so BLAS computes it
-            row_weights = self.weights[start:stop].reshape(1, n_rows)
-        self.column_sums += (row_weights @ cast)[0]
+            cast[...] = block  # no array-function dispatch, unlike numpy.copyto
+        if self.weights is not None:  # a reshape, not a new axis: no stride-0 axis, so BLAS
+            ones = self.weights[start:stop].reshape(1, n_rows)
+        self.column_sums += (ones @ cast)[0]
+        # Gathered after the block's first full read: from the cache, not one memory
+        # round trip per row.
+        np.add(row_offsets, self.y_index[start:stop], out=offsets)
+        # mode="clip": the offsets are valid, and the default mode copies `out`.
+        true_values = self._true_values[position : position + n_rows]
+        flat_block.take(offsets, out=true_values, mode="clip")
         if self.packed:
-            size = flat_block.shape[0]
-            mask = self.mask[: size + (-size % 8)]
-            np.greater(above, threshold, out=mask[:size])
-            if size % 8:  # the last block: pad to whole words
-                mask[size:] = False  # the buffer may hold an earlier block's mask
-            words = mask.view(np.uint64)
-            word = np.flatnonzero(words != 0)  # faster than on the words themselves
-            # The mask bytes of the non-zero words, in order: the entries' positions,
+            np.greater(above, threshold, out=mask)
+            if mask.shape[0] % 8:  # the last block: pad to whole words
+                self.mask[mask.shape[0] : words.shape[0] * 8] = False
+            # The non-zero words (a boolean pass is faster than one on the words
+            # themselves), then their mask bytes, in order: the entries' positions,
             # whose values are read while the block is in cache.
-            hit = np.flatnonzero(words.take(word).view(np.bool_))
+            word = np.not_equal(words, 0, out=nonzero_words).nonzero()[0]
+            hit = words.take(word).view(np.bool_).nonzero()[0]
             flat = word.take(hit >> 3)
             flat <<= 3
             flat += hit & 7
             values = flat_block.take(flat)
-            flat += start * self.n_classes
-            entries = (flat, values)
         else:
-            flat = np.flatnonzero(above > threshold)
-            entries = (flat + start * self.n_classes, flat_block.take(flat))
-        self._entries.append(entries)
+            flat = (above > threshold).nonzero()[0]
+            values = flat_block.take(flat)
+        # Positions in the group, as flush reads them.
+        flat += position * self.n_classes
+        self._entries.append((flat, values))
         self._stop = stop
-        self._pending += entries[0].shape[0] + n_rows
+        self._pending += flat.shape[0] + n_rows
         if self._pending >= self._limit or position + 2 * n_rows > self._group_rows:
             self.flush()
 
@@ -258,7 +293,6 @@ class _ClasswiseBinning:
         start, stop = self._start, self._stop
         flat = np.concatenate([part[0] for part in blocks])
         values = np.concatenate([part[1] for part in blocks])
-        flat -= start * self.n_classes
         if self._summed_rows:
             flat, values = self._checked_entries(flat, values)
         true_values = self._true_values[: stop - start]
@@ -269,12 +303,14 @@ class _ClasswiseBinning:
         rows = flat // self.n_classes
         columns = flat - rows * self.n_classes
         n_cells = self.counts.shape[0]
+        # The values in float64 once (exactly), for the bins and the sums: bincount
+        # and a float32-by-float64 product would each cast them again.
+        values64 = values.astype(np.float64, copy=False)
         cells = columns * self.n_bins
-        cells += bins_of(values, self.n_bins, float32_values=self.float32_values, positive=True)
+        cells += bins_of(values64, self.n_bins, float32_values=self.float32_values, positive=True)
         entry_weights = None if weights is None else weights.take(rows)
         self.counts += np.bincount(cells, weights=entry_weights, minlength=n_cells)
-        # bincount sums its weights in float64: float32 values are cast exactly.
-        weighted_values = values if weights is None else values * entry_weights
+        weighted_values = values64 if weights is None else values64 * entry_weights
         self.sums += np.bincount(cells, weights=weighted_values, minlength=n_cells)
         true_cells = self.y_index[start:stop] * self.n_bins
         true_cells += bins_of(true_values, self.n_bins, float32_values=self.float32_values)
@@ -294,23 +330,49 @@ class _ClasswiseBinning:
         The flags are written here, so that no array of n predicted columns exists.
         """
         confidence, correct = self.top_label
-        n_classes = self.n_classes
-        covered = np.zeros(stop - start, dtype=bool)
+        n_classes, column_bits = self.n_classes, self._column_bits
+        n_rows = stop - start
+        row_ids = np.empty(0, dtype=np.intp)
         if rows.shape[0]:
             key = values.view(np.int32).astype(np.int64)
-            key <<= 32
+            key <<= column_bits
             key |= (n_classes - 1) - columns
-            first = np.flatnonzero(rows[1:] != rows[:-1])
-            first += 1
-            first = np.concatenate([[0], first])
-            best = np.maximum.reduceat(key, first)
-            row_ids = rows[first]
-            covered[row_ids] = True
+            # Each row's last entry.
+            last = np.flatnonzero(rows[1:] != rows[:-1])
+            last = np.append(last, rows.shape[0] - 1)
+            if self._row_shift is None:
+                best = np.maximum.reduceat(key, np.concatenate([[0], last[:-1] + 1]))
+            else:
+                # With the row above them, the keys of a row exceed those of every
+                # earlier row, so a maximum over each entry and its predecessors, in
+                # doubling steps until they span the longest row, holds each row's
+                # largest key at its last entry (reduceat pays per row, and a running
+                # maximum is a sequential pass).
+                key |= rows << self._row_shift
+                longest = int(np.diff(last, prepend=-1).max())
+                other = np.empty_like(key)
+                step = 1
+                while step < longest:
+                    other[:step] = key[:step]
+                    np.maximum(key[step:], key[:-step], out=other[step:])
+                    key, other = other, key
+                    step *= 2
+                best = key.take(last)
+                best &= (1 << self._row_shift) - 1
+            row_ids = rows.take(last)
+            predicted = (n_classes - 1) - (best & ((1 << column_bits) - 1))
+            best >>= column_bits
+            top = best.astype(np.int32).view(np.float32)
+            if row_ids.shape[0] == n_rows:  # every row has an entry: slices, no scatter
+                np.equal(predicted, self.y_index[start:stop], out=correct[start:stop])
+                confidence[start:stop] = top
+                return
             row_ids += start
-            predicted = (n_classes - 1) - (best & 0xFFFFFFFF)
             correct[row_ids] = predicted == self.y_index.take(row_ids)
-            best >>= 32
-            confidence[row_ids] = best.astype(np.int32).view(np.float32)
+            confidence[row_ids] = top
+            row_ids -= start
+        covered = np.zeros(n_rows, dtype=bool)
+        covered[row_ids] = True
         missing = np.flatnonzero(~covered)
         missing += start
         # A block's worth of rows at a time: the gathered rows are a copy.
@@ -534,4 +596,26 @@ def confidences_and_outcomes(
         confidence = xp.astype(xp.max(y_prob, axis=1), xp.float64) + 0.0
         return confidence, xp.argmax(y_prob, axis=1) == y_index
     scan = scan_matrix(y_prob, y_index)
+    return without_negative_zero(scan.confidence), scan.correct
+
+
+def checked_scores(
+    y_true, y_prob, mode: str, *, labels=None, on_device: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`confidences_and_outcomes` of unchecked predictions, checked as every metric is.
+
+    A numpy matrix's top label comes from :func:`scan_matrix`, which runs the value
+    checks on each row block it reads, so that no other pass over the matrix looks
+    for its minimum, maximum and row sums; an error is the one
+    :func:`~reliacal.metrics._inputs.check_predictions` raises. Other inputs (and,
+    with ``on_device``, a tensor on its device) are checked first.
+    """
+    check_mode(mode, SCORE_MODES)
+    if mode != TOP_LABEL or (on_device and on_its_device(y_prob)):
+        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=on_device)
+        return confidences_and_outcomes(y_index, y_prob, mode)
+    y_index, y_prob, _, values = check_prediction_inputs(y_true, y_prob, labels=labels)
+    if y_prob.ndim != 2:  # checked already
+        return confidences_and_outcomes(y_index, y_prob, mode)
+    scan = scan_matrix(y_prob, y_index, values=values)
     return without_negative_zero(scan.confidence), scan.correct

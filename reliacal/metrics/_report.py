@@ -292,7 +292,9 @@ def _model_row(y_true, y_prob, *, n_bins, labels, bootstrap, rng, confidence_lev
         log_loss, brier = float(np.sum(summary.log_loss)), float(np.sum(summary.brier))
         scores, classwise = (summary.confidence, summary.correct), summary.classwise
         del summary
-        confidence, correct = sort_scores(*scores)
+        # A float32 matrix's confidences are float32 numbers: 4-byte sort keys.
+        float32_values = y_prob.ndim == 2 and y_prob.dtype == np.float32
+        confidence, correct = sort_scores(*scores, float32_values=float32_values)
         del scores
         sums = MetricSums.of_samples(
             confidence, correct, log_loss, brier, classwise, is_sorted=True

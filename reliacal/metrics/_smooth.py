@@ -19,9 +19,7 @@ from scipy import fft
 
 from reliacal._docstrings import shared_doc
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
-from reliacal.metrics.modes import SCORE_MODES, check_mode
+from reliacal.metrics._predictions import checked_scores
 
 # relplot's defaults: evaluation grid size, bisection steps, smallest bandwidth and
 # the constant that keeps the smoothed density away from 0.
@@ -77,6 +75,7 @@ def _spread_sorted(confidence: np.ndarray, residual: np.ndarray, values: np.ndar
     """
     size = values.shape[1]
     interior = np.arange(1, size)
+    whole = np.empty(min(_CHUNK_SAMPLES, confidence.shape[0]))  # the integer parts
     for start in range(0, confidence.shape[0], _CHUNK_SAMPLES):
         position = confidence[start : start + _CHUNK_SAMPLES] * (size - 1)
         chunk_residual = residual[start : start + _CHUNK_SAMPLES]
@@ -88,7 +87,10 @@ def _spread_sorted(confidence: np.ndarray, residual: np.ndarray, values: np.ndar
         counts = np.diff(starts)
         runs = np.flatnonzero(counts)
         firsts = starts.take(runs)
-        position -= position.astype(np.intp)  # the upper weight
+        # The upper weight: the fractional part, position minus its truncation (exact),
+        # in floats: a subtraction of integers would cast them one by one.
+        truncated = np.trunc(position, out=whole[: position.shape[0]])
+        position -= truncated
         upper = np.add.reduceat(position, firsts)
         run_residual = np.add.reduceat(chunk_residual, firsts)
         position *= chunk_residual
@@ -110,9 +112,11 @@ class _SmoothingProblem:
 
     def __init__(self, confidence: np.ndarray, outcome: np.ndarray, *, is_sorted=False):
         self.confidence = confidence
-        self.residual = confidence - outcome
+        # Boolean outcomes are cast inside the subtraction: no float copy of them.
+        self.residual = np.subtract(confidence, outcome, dtype=np.float64)
         self.is_sorted = is_sorted
         self._grids: dict[int, np.ndarray] = {}
+        self._spectra: dict[int, tuple[int, np.ndarray]] = {}
         self._values: dict[float, float] = {}
 
     def grid_values(self, size: int) -> np.ndarray:
@@ -143,20 +147,31 @@ class _SmoothingProblem:
     def smooth(self, bandwidth: float, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Kernel sums of residuals and of ones at ``points`` (unnormalised)."""
         size = _kernel_grid_size(bandwidth)
-        values = self.grid_values(size)
-        # Reflect the grid about both ends (the end points are not repeated).
-        extended = np.concatenate([values[:, :0:-1], values, values[:, -2::-1]], axis=1)
+        fft_length, spectrum = self._grid_spectrum(size)
         offsets = np.linspace(0, 1, size) - 0.5
         kernel = np.exp(-offsets * offsets / (2 * bandwidth**2)) / (np.sqrt(2 * np.pi) * bandwidth)
-        full_length = extended.shape[1] + size - 1
-        fft_length = fft.next_fast_len(full_length, real=True)
-        product = fft.rfft(extended, fft_length, axis=1) * fft.rfft(kernel, fft_length)
+        product = spectrum * fft.rfft(kernel, fft_length)
         convolved = fft.irfft(product, fft_length, axis=1)
         # 'valid' part of the convolution starts at size - 1; relplot keeps size of it
         # starting at size // 2.
         start = size - 1 + size // 2
         smoothed = convolved[:, start : start + size]
         return _interpolate(points, smoothed)
+
+    def _grid_spectrum(self, size: int) -> tuple[int, np.ndarray]:
+        """``(fft_length, rfft)`` of the reflected grid of ``size`` points.
+
+        Kept per grid: the bandwidths of the bisection that share a grid (all those of
+        0.01 or more) convolve the same grid with different kernels.
+        """
+        if size not in self._spectra:
+            values = self.grid_values(size)
+            # Reflect the grid about both ends (the end points are not repeated).
+            extended = np.concatenate([values[:, :0:-1], values, values[:, -2::-1]], axis=1)
+            full_length = extended.shape[1] + size - 1
+            fft_length = fft.next_fast_len(full_length, real=True)
+            self._spectra[size] = (fft_length, fft.rfft(extended, fft_length, axis=1))
+        return self._spectra[size]
 
     def smooth_ece(self, bandwidth: float) -> float:
         """smECE at a fixed bandwidth (relplot's ``smECE_sigma``)."""
@@ -200,6 +215,7 @@ class GridSmoothing(_SmoothingProblem):
 
     def __init__(self, grids: dict[int, np.ndarray]):
         self._grids = dict(grids)
+        self._spectra = {}
         self._values = {}
 
     def grid_values(self, size: int) -> np.ndarray:
@@ -219,9 +235,7 @@ def _interpolate(points: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return confidence, outcome.astype(np.float64)
 
 
@@ -241,9 +255,7 @@ def smooth_ece_of_scores(
 
     ``is_sorted``: the confidences are in increasing order.
     """
-    problem = _SmoothingProblem(
-        confidence, np.asarray(outcome, dtype=np.float64), is_sorted=is_sorted
-    )
+    problem = _SmoothingProblem(confidence, np.asarray(outcome), is_sorted=is_sorted)
     if bandwidth is None:
         bandwidth = problem.fixed_point_bandwidth()
     return problem.smooth_ece(bandwidth), bandwidth

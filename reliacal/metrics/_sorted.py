@@ -11,20 +11,34 @@ from __future__ import annotations
 import numpy as np
 
 
-def sort_scores(confidence: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sort_scores(
+    confidence: np.ndarray, outcome: np.ndarray, *, float32_values: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """``(confidence, outcome)`` sorted by confidence, ties by outcome.
 
     ``confidence`` holds float64 values in [0, 1] without ``-0.0`` (validated
     scores); ``outcome`` is boolean. A non-negative float64's bit pattern sorts
     like the float, so one int64 key carries the confidence and, in its lowest
     bit, the outcome: one 8-byte array is sorted instead of an index and two
-    gathers.
+    gathers. ``float32_values``: every confidence is a float32 number (the
+    maximum of a float32 row), whose 30 significant bits and the outcome fit in
+    a 4-byte key, which sorts about twice as fast; the result is the same.
 
     Examples
     --------
     >>> sort_scores(np.array([0.5, 0.2, 0.5]), np.array([True, False, False]))
     (array([0.2, 0.5, 0.5]), array([False, False,  True]))
+    >>> sort_scores(np.array([0.5, 0.25]), np.array([True, False]), float32_values=True)
+    (array([0.25, 0.5 ]), array([False,  True]))
     """
+    if float32_values:
+        key = confidence.astype(np.float32).view(np.uint32)
+        key <<= 1
+        key |= np.asarray(outcome, dtype=bool)
+        key.sort()
+        outcome = (key & 1).astype(bool)
+        key >>= 1
+        return key.view(np.float32).astype(np.float64), outcome
     key = score_key(confidence, outcome)
     key.sort()
     return scores_of_key(key)

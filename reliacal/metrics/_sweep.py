@@ -6,20 +6,19 @@ import numpy as np
 
 from reliacal._docstrings import shared_doc
 from reliacal._validation import check_n_bins, check_option
-from reliacal.metrics._binning import STRATEGIES, bin_scores
+from reliacal.metrics._binning import STRATEGIES, array_split_starts, bin_scores
 from reliacal.metrics._docs import METRIC_DOCS
-from reliacal.metrics._inputs import check_predictions
-from reliacal.metrics._predictions import confidences_and_outcomes
+from reliacal.metrics._predictions import checked_scores
 from reliacal.metrics._sorted import sort_scores
-from reliacal.metrics.modes import SCORE_MODES, check_mode
 
 SWEEP_NORMS = ("l1", "l2")
+# Bin counts whose accuracies come from counting each group's positives; larger
+# counts read one cumulative sum.
+_SLICED_COUNTS = 8
 
 
 def _scores(y_true, y_prob, mode, labels):
-    check_mode(mode, SCORE_MODES)
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels)
-    return confidences_and_outcomes(y_index, y_prob, mode)
+    return checked_scores(y_true, y_prob, mode, labels=labels)
 
 
 def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndarray:
@@ -31,6 +30,20 @@ def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndar
     return (cumulative[bounds[1:]] - cumulative[bounds[:-1]]) / sizes
 
 
+def _group_means_of_slices(sorted_outcome: np.ndarray, n_bins: int) -> np.ndarray:
+    """:func:`_group_means` of boolean outcomes, counting each group's positives.
+
+    The counts are the exact integers that the differences of the cumulative sum
+    give, so the means are the same floats.
+    """
+    starts = array_split_starts(sorted_outcome.shape[0], n_bins)
+    positives = [
+        np.count_nonzero(sorted_outcome[start:stop])
+        for start, stop in zip(starts[:-1], starts[1:], strict=True)
+    ]
+    return np.array(positives, dtype=np.float64) / np.diff(starts)
+
+
 def sweep_n_bins(sorted_outcome: np.ndarray) -> int:
     """The monotonic-sweep bin count of outcomes sorted by :func:`sort_scores`.
 
@@ -39,16 +52,31 @@ def sweep_n_bins(sorted_outcome: np.ndarray) -> int:
     difference of one cumulative sum.
     """
     n_samples = sorted_outcome.shape[0]
-    if np.all(sorted_outcome[1:] >= sorted_outcome[:-1]):
+    boolean = sorted_outcome.dtype == np.bool_
+    if boolean:
+        # Non-decreasing booleans: no positive, or positives from the first one on.
+        positives = int(np.count_nonzero(sorted_outcome))
+        non_decreasing = positives in (0, n_samples - int(np.argmax(sorted_outcome)))
+    else:
+        non_decreasing = bool(np.all(sorted_outcome[1:] >= sorted_outcome[:-1]))
+    if non_decreasing:
         # Contiguous groups of a non-decreasing sequence always have non-decreasing means.
         return n_samples
-    # Written after a leading 0 in place: no second array of n floats.
-    cumulative = np.empty(n_samples + 1)
-    cumulative[0] = 0.0
-    np.cumsum(sorted_outcome, dtype=np.float64, out=cumulative[1:])
+    cumulative = None
     n_bins = 1
     while n_bins < n_samples:
-        accuracy = _group_means(cumulative, n_samples, n_bins + 1)
+        trial = n_bins + 1
+        if boolean and trial <= _SLICED_COUNTS:
+            # Most sweeps stop after a few counts: count those groups' positives
+            # rather than build a cumulative sum of every sample.
+            accuracy = _group_means_of_slices(sorted_outcome, trial)
+        else:
+            if cumulative is None:
+                # Written after a leading 0 in place: no second array of n floats.
+                cumulative = np.empty(n_samples + 1)
+                cumulative[0] = 0.0
+                np.cumsum(sorted_outcome, dtype=np.float64, out=cumulative[1:])
+            accuracy = _group_means(cumulative, n_samples, trial)
         if np.any(np.diff(accuracy) < 0):
             break
         n_bins += 1

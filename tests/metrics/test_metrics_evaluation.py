@@ -20,6 +20,7 @@ from reliacal.metrics import (
     underconfidence_error,
 )
 from reliacal.metrics._decomposition import pool_adjacent_violators
+from reliacal.metrics._sweep import sweep_n_bins
 
 
 def _binary(n_samples, seed, ties=False):
@@ -274,6 +275,39 @@ def test_sweep_equals_quantile_ece_at_its_bin_count(seed):
     for count, monotone in ((n_bins, True), (n_bins + 1, False)):
         accuracy = [group.mean() for group in np.array_split(outcome[order], count)]
         assert bool(np.all(np.diff(accuracy) >= 0)) is monotone
+
+
+def _sweep_by_brute_force(outcome):
+    """The largest b whose every count b' <= b has non-decreasing array_split means."""
+    n_bins = 1
+    for count in range(2, outcome.shape[0] + 1):
+        means = [group.mean() for group in np.array_split(outcome.astype(float), count)]
+        if np.any(np.diff(means) < 0):
+            break
+        n_bins = count
+    return n_bins
+
+
+@pytest.mark.parametrize("flip", [0.0, 0.02, 0.05, 0.2, 0.5])
+def test_sweep_bin_count_equals_brute_force(flip):
+    # Sorted-by-confidence outcomes with more or fewer out-of-order flags: bin counts
+    # from 1 to every sample, below and above the counts read by counting positives.
+    rng = np.random.default_rng(int(flip * 100))
+    for size in (5, 40, 300):
+        outcome = np.arange(size) >= size // 3
+        outcome ^= rng.random(size) < flip
+        n_bins = sweep_n_bins(outcome)
+        assert n_bins == _sweep_by_brute_force(outcome)
+        assert n_bins == sweep_n_bins(outcome.astype(np.float64))
+
+
+def test_sweep_bin_count_past_the_counted_ones_equals_brute_force():
+    # One miss just after the hits begin: only bins of a sample or two see it decrease.
+    outcome = np.arange(300) >= 150
+    outcome[153] = False
+    n_bins = sweep_n_bins(outcome)
+    assert n_bins > 8
+    assert n_bins == _sweep_by_brute_force(outcome)
 
 
 def test_sweep_bad_input():

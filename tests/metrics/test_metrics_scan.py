@@ -11,7 +11,7 @@ import pytest
 
 from reliacal import metrics
 from reliacal._validation import check_probabilities, check_probability_inputs
-from reliacal.metrics import CalibrationState, calibration_report, softmax
+from reliacal.metrics import CalibrationState, _predictions, calibration_report, softmax
 from reliacal.metrics._binning import uniform_sums, uniform_sums_of_sorted
 from reliacal.metrics._edges import uniform_bin_index
 from reliacal.metrics._predictions import (
@@ -66,6 +66,16 @@ def test_checks_in_the_pass_raise_what_the_upfront_check_raises(kind, dtype):
     calls = {
         "classwise": lambda: metrics.classwise_calibration_error(labels, probs),
         "state": lambda: CalibrationState().update(labels, probs),
+        # The top-label metrics whose scan runs the checks (checked_scores).
+        "ece": lambda: metrics.expected_calibration_error(labels, probs),
+        "adaptive ece": lambda: metrics.expected_calibration_error(
+            labels, probs, strategy="quantile"
+        ),
+        "debiased": lambda: metrics.debiased_calibration_error(labels, probs),
+        "binned statistics": lambda: metrics.binned_statistics(labels, probs),
+        "smooth": lambda: metrics.smooth_calibration_error(labels, probs),
+        "ks": lambda: metrics.ks_calibration_error(labels, probs),
+        "sweep": lambda: metrics.monotonic_sweep_calibration_error(labels, probs),
     }
     for name, call in calls.items():
         assert _message(call) == expected, name
@@ -80,6 +90,7 @@ def test_a_bad_value_is_reported_before_a_bad_label():
     expected = _message(lambda: check_probabilities(labels, probs))
     assert "NaN" in expected
     assert _message(lambda: metrics.classwise_calibration_error(labels, probs)) == expected
+    assert _message(lambda: metrics.expected_calibration_error(labels, probs)) == expected
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -95,15 +106,26 @@ def test_row_sums_at_the_tolerance_are_decided_as_the_upfront_check_decides(dtyp
             with pytest.raises(ValueError, match="rows of y_prob must sum to 1"):
                 metrics.classwise_calibration_error(labels, scaled)
             assert _message(lambda s=scaled: CalibrationState().update(labels, s)) == str(error)
+            with pytest.raises(ValueError, match="rows of y_prob must sum to 1"):
+                metrics.binned_statistics(labels, scaled)
         else:
             metrics.classwise_calibration_error(labels, scaled)
+            metrics.binned_statistics(labels, scaled)
 
 
-def test_the_top_label_from_the_entries_above_the_first_edge_is_numpys_argmax():
+# 63: each row's key holds its row, read after a running maximum; 40: too few bits for
+# the row, a maximum per row (reduceat).
+@pytest.mark.parametrize("key_bits", [63, 40])
+def test_the_top_label_from_the_entries_above_the_first_edge_is_numpys_argmax(
+    key_bits, monkeypatch
+):
+    monkeypatch.setattr(_predictions, "_KEY_BITS", key_bits)
     labels, probs = _matrix(n_samples=5000, n_classes=64, seed=1)
     probs[:300] = 1 / 64  # no entry above 1 / 15: the row's own arg-max
     probs[300:600, 10] = probs[300:600, 20] = 0.4  # ties: the first column
     probs[300:600] /= probs[300:600].sum(axis=1, keepdims=True)
+    probs[600:700] = 0.0  # fourteen equal entries above 1 / 15: long rows, all tied
+    probs[600:700, 3:59:4] = 1 / 14
     scan = scan_matrix(probs, labels, classwise_bins=15)
     np.testing.assert_array_equal(scan.confidence, probs.max(axis=1).astype(np.float64))
     np.testing.assert_array_equal(scan.correct, probs.argmax(axis=1) == labels)
@@ -189,6 +211,24 @@ def test_uniform_bins_of_sorted_scores_equal_the_binned_ones():
         strict=True,
     ):
         np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_float32_sort_keys_order_as_numpys_lexsort():
+    # The oracle: numpy.lexsort by confidence, then outcome, of float32 numbers with
+    # ties (0, 1, repeats and neighbours one unit apart).
+    rng = np.random.default_rng(5)
+    values = rng.random(4000, dtype=np.float32)
+    values[:300] = 0
+    values[300:600] = 1
+    values[600:1200] = values[1200:1800]
+    values[1800:1900] = np.nextafter(values[1900:2000], np.float32(1))
+    confidence = values.astype(np.float64)
+    outcome = rng.random(confidence.shape[0]) < 0.5
+    order = np.lexsort((outcome, confidence))
+    sorted_confidence, sorted_outcome = sort_scores(confidence, outcome, float32_values=True)
+    assert sorted_confidence.dtype == np.float64
+    np.testing.assert_array_equal(sorted_confidence, confidence[order])
+    np.testing.assert_array_equal(sorted_outcome, outcome[order])
 
 
 @pytest.mark.parametrize("has_vecdot", [True, False])
