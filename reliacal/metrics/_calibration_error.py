@@ -21,7 +21,6 @@ from reliacal.metrics._predictions import (
     ClasswiseSums,
     binary_columns,
     checked_scores,
-    confidences_and_outcomes,
     scan_matrix,
     without_negative_zero,
 )
@@ -380,21 +379,18 @@ def debiased_calibration_error(
     """
     n_bins = _check_common(n_bins, strategy)
     check_mode(mode, ERROR_MODES)
-    if mode != CLASSWISE and not on_its_device(y_prob):
-        confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
-        return debiased_error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy))
-    y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
-    if is_torch_tensor(y_prob):
-        xp = array_namespace(y_prob)
-        if mode == CLASSWISE:
+    if mode == CLASSWISE:
+        y_index, y_prob, _ = check_predictions(y_true, y_prob, labels=labels, on_device=True)
+        if is_torch_tensor(y_prob):
+            xp = array_namespace(y_prob)
             sums = _array_api.device_classwise_sums(y_index, y_prob, n_bins, strategy, xp)
             return debiased_classwise_error(sums)
-        confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
+        return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels, on_device=True)
+    if is_torch_tensor(confidence):
+        xp = array_namespace(confidence)
         squared = _debiased_squared(
             *_array_api.device_binned_sums(confidence, outcome, n_bins, strategy, xp)
         )
         return float(np.sqrt(max(float(squared), 0.0)))
-    if mode == CLASSWISE:
-        return debiased_classwise_error(classwise_sums(y_index, y_prob, n_bins, strategy))
-    confidence, outcome = confidences_and_outcomes(y_index, y_prob, mode)
     return debiased_error_from_statistics(bin_scores(confidence, outcome, n_bins, strategy))
