@@ -604,15 +604,14 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             if self.n_members > 1 and self.member_training == "batched":
                 self._fit_stacked(data, logits, y_index, weights, seeds, hidden, temperature_hidden)
                 return
-            starts = {}
             bound = self.max_epochs
             for index, member_seed in enumerate(seeds):
                 if self.verbose and self.n_members > 1:
                     print(f"AdaptiveTS: member {index + 1} of {self.n_members}", flush=True)
-                starts[index] = self._start_member(
+                start = self._start_member(
                     data, logits, y_index, weights, member_seed, hidden, temperature_hidden
                 )
-                self.members_.append(self._train_member(starts[index], data, bound, index))
+                self.members_.append(self._train_member(start, data, bound, index))
                 if self.member_stopping == "first":
                     bound = min(bound, len(self.members_[-1].history))
             # A member that stopped early ends the training of those before it too: each
