@@ -2,14 +2,16 @@
 
 On each record and split (5,000 calibration rows, the rest the test part, the
 splits of ``posthoc_quality.py``), ``AdaptiveTS(confidence_inputs=True)`` is
-fitted three ways with ``random_state`` = the split's seed: one member, five
+fitted four ways with ``random_state`` = the split's seed: one member; five
 members stacked into one network (``member_training="batched"``, the
-default) and five members one after another (``"sequential"``). Reported:
-the CPU seconds of each fit (this process, one thread: on a shared machine
-the wall clock also counts other jobs), their ratios, the epochs each member
-ran, the test ECE / NLL of each, and how far the batched ensemble's
-temperatures are from the sequential one's (the same members up to
-rounding).
+default) that stop when the first of them stops early
+(``member_stopping="first"``, the default); the same with every member
+training until its own early stop (``"each"``); and five members one after
+another (``"sequential"``, ``"first"``). Reported: the CPU seconds of each
+fit (this process, one thread: on a shared machine the wall clock also
+counts other jobs), their ratios, the epochs each member ran, the test ECE /
+NLL of each, and how far the batched ensemble's temperatures are from the
+sequential one's (the same members up to rounding).
 
 Usage::
 
@@ -33,6 +35,7 @@ N_MEMBERS = 5
 FITS = {
     "1 member": {"n_members": 1},
     f"{N_MEMBERS} batched": {"n_members": N_MEMBERS, "member_training": "batched"},
+    f"{N_MEMBERS} batched (each)": {"n_members": N_MEMBERS, "member_stopping": "each"},
     f"{N_MEMBERS} sequential": {"n_members": N_MEMBERS, "member_training": "sequential"},
 }
 
@@ -77,7 +80,7 @@ def warm_up() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0], help="split seeds")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4], help="split seeds")
     parser.add_argument("--records", nargs="*", default=list(RECORDS), help="CIFAR records")
     _common.add_output_argument(parser, "adaptive_ensemble_speed.md")
     args = parser.parse_args(argv)
@@ -88,15 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, flush=True)
 
-    one, batched, sequential = FITS
+    one, batched, each, sequential = FITS
     table = [
-        f"| record | split | CPU s: {one} | {batched} | {sequential} | {batched} / {one} "
-        f"| {batched} / {sequential} | epochs: {one} | {batched} (= {sequential}) "
-        f"| ECE %: {one} / {batched} / {sequential} | NLL: {one} / {batched} / {sequential} "
+        f"| record | split | CPU s: {one} | {batched} | {each} | {sequential} "
+        f"| {batched} / {one} | {each} / {one} | {batched} / {sequential} "
+        f"| epochs: {one} | {batched} (= {sequential}) | {each} "
+        f"| ECE %: {' / '.join(FITS)} | NLL: {' / '.join(FITS)} "
         "| max relative T gap, batched vs sequential |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- "
+        "| --- | --- | ---: |",
     ]
-    ratios = []
+    results: dict = {}
     todo = [(record, seed) for record in args.records for seed in args.seeds]
     done: set = set()
     for record in args.records:
@@ -106,20 +111,18 @@ def main(argv: list[str] | None = None) -> int:
         for seed, (calibration, test) in random_splits(len(y), args.seeds).items():
             log(f"{record}, split {seed}")
             rows = fit_all(logits, y, calibration, test, seed, log)
+            results.setdefault(record, []).append(rows)
             gap = np.abs(rows[batched]["temperature"] / rows[sequential]["temperature"] - 1).max()
-            ratios.append(
-                (
-                    rows[batched]["seconds"] / rows[one]["seconds"],
-                    rows[batched]["seconds"] / rows[sequential]["seconds"],
-                )
-            )
             same_epochs = rows[batched]["epochs"] == rows[sequential]["epochs"]
             table.append(
-                f"| {record} | {seed} | {rows[one]['seconds']:.1f} | {rows[batched]['seconds']:.1f} "
-                f"| {rows[sequential]['seconds']:.1f} | {ratios[-1][0]:.2f} | {ratios[-1][1]:.2f} "
-                f"| {rows[one]['epochs'][0]} | {rows[batched]['epochs']}"
+                f"| {record} | {seed} | "
+                + " | ".join(f"{rows[name]['seconds']:.1f}" for name in FITS)
+                + f" | {rows[batched]['seconds'] / rows[one]['seconds']:.2f}"
+                + f" | {rows[each]['seconds'] / rows[one]['seconds']:.2f}"
+                + f" | {rows[batched]['seconds'] / rows[sequential]['seconds']:.2f}"
+                + f" | {rows[one]['epochs'][0]} | {rows[batched]['epochs']}"
                 + ("" if same_epochs else f" (sequential {rows[sequential]['epochs']})")
-                + " | "
+                + f" | {rows[each]['epochs']} | "
                 + " / ".join(f"{rows[name]['ece']:.3f}" for name in FITS)
                 + " | "
                 + " / ".join(f"{rows[name]['nll']:.4f}" for name in FITS)
@@ -127,13 +130,43 @@ def main(argv: list[str] | None = None) -> int:
             )
             done.add((record, seed))
             pending = [f"{name} split {s}" for name, s in todo if (name, s) not in done]
-            write_report(argv, load_before, table, ratios, pending, args.output)
+            write_report(argv, load_before, table, results, pending, args.output)
     return 0
 
 
-def write_report(argv, load_before, table, ratios, pending, output) -> None:
+def _spread(values, digits):
+    sd = np.std(values, ddof=1) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.{digits}f} ± {sd:.{digits}f}"
+
+
+def summary(results: dict) -> list[str]:
+    """Per record, over the splits: mean fit-time ratios to one member, mean ± sd ECE and NLL."""
+    one, batched, each, _ = FITS
+    lines = [
+        f"| record | splits | {batched} / {one} (mean, max) | {each} / {one} (mean, max) "
+        + "".join(f"| ECE %: {name} " for name in (one, batched, each))
+        + "".join(f"| NLL: {name} " for name in (one, batched, each))
+        + "|",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for record, splits in results.items():
+        cells = [record, str(len(splits))]
+        for name in (batched, each):
+            ratios = [rows[name]["seconds"] / rows[one]["seconds"] for rows in splits]
+            cells.append(f"{np.mean(ratios):.2f}, {np.max(ratios):.2f}")
+        for key, digits in (("ece", 2), ("nll", 4)):
+            for name in (one, batched, each):
+                cells.append(_spread([rows[name][key] for rows in splits], digits))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_report(argv, load_before, table, results, pending, output) -> None:
     """The results so far: rewritten after every split, so a stopped run keeps its rows."""
-    to_one, to_sequential = np.array(ratios).T
+    one, batched, each, sequential = FITS
+    splits = [rows for record in results.values() for rows in record]
+    to_one = [rows[batched]["seconds"] / rows[one]["seconds"] for rows in splits]
+    to_sequential = [rows[batched]["seconds"] / rows[sequential]["seconds"] for rows in splits]
     report = [
         *_common.header(
             "AdaptiveTS ensemble: batched against one-by-one training",
@@ -144,15 +177,21 @@ def write_report(argv, load_before, table, ratios, pending, output) -> None:
         ),
         f"`AdaptiveTS(confidence_inputs=True, random_state=seed)` with {', '.join(FITS)}; "
         "5,000 calibration rows per split (`posthoc_quality.py`'s splits), test on the rest. "
-        "A member stops early on its own validation NLL (`n_iter_no_change=10`), so the batched "
-        "fit lasts as long as its slowest member, at the cost of the members still training. "
-        "Each way is fitted once on a tiny problem first, untimed (imports, first calls).",
+        "A member stops early on its own validation NLL (`n_iter_no_change=10`); with "
+        f'`member_stopping="first"` ({batched}, {sequential}) the first member to stop ends '
+        f'the training of all, with `"each"` ({each}) the fit lasts as long as its slowest '
+        "member, at the cost of the members still training. Each way is fitted once on a tiny "
+        "problem first, untimed (imports, first calls).",
+        "",
+        *summary(results),
+        "",
+        f"Batched {N_MEMBERS} members: {np.min(to_one):.2f}-{np.max(to_one):.2f}x the fit time "
+        f"of one member, {np.min(to_sequential):.2f}-{np.max(to_sequential):.2f}x the time of "
+        "training them one by one.",
+        "",
+        "Each split:",
         "",
         *table,
-        "",
-        f"Batched {N_MEMBERS} members: {to_one.min():.2f}-{to_one.max():.2f}x the fit time of one "
-        f"member, {to_sequential.min():.2f}-{to_sequential.max():.2f}x the time of training them "
-        "one by one.",
         "",
     ]
     if pending:

@@ -17,8 +17,10 @@ NLL, never a chance-level epoch while another is above chance) and early
 stopping. What differs is rounding (the batched products, the class
 log-likelihoods through an expanded square, a fused optimiser step), which
 training can amplify, so the members are close to the one-by-one ones, not
-equal bit for bit. A member that stops early leaves the stack, so that the
-others train at the cost of the members still training.
+equal bit for bit. With ``member_stopping="first"`` (AdaptiveTS's default)
+the first member to stop ends the training of all; with ``"each"`` a member
+that stops early leaves the stack, so that the others train at the cost of
+the members still training.
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ def fit_stacked(
     loss_fn: Callable,
     chance_advice: str | None,
     threads: Callable,
+    member_stopping: str = "first",
 ) -> list[TrainingResult]:
     """Train ``networks`` together, member ``m`` on ``splits[m]`` with seed ``seeds[m]``.
 
@@ -296,6 +299,10 @@ def fit_stacked(
         Ends the warning of a member never above chance.
     threads : callable
         ``threads(module, rows)``: the context of the CPU threads.
+    member_stopping : {"first", "each"}
+        ``"each"``: every member stops early on its own and leaves the
+        stack; ``"first"``: the first member to stop ends the training of
+        all (each keeps its own best epoch so far).
 
     Returns
     -------
@@ -433,8 +440,11 @@ def fit_stacked(
                 record.history.append(logs)
                 patience = config.n_iter_no_change
                 if patience is not None and record.epochs_without_improvement >= patience:
-                    record.stopped_early = epoch + 1 < config.max_epochs
                     finished.append(position)
+            if member_stopping == "first" and finished:
+                finished = list(range(len(active)))
+            for position in finished:
+                records[active[position]].stopped_early = epoch + 1 < config.max_epochs
             if epoch + 1 == config.max_epochs:
                 for position, m in enumerate(active):
                     if records[m].best_state is None:

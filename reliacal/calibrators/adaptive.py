@@ -48,6 +48,7 @@ from reliacal.training import (
     NetworkEstimatorMixin,
     PositiveIntegers,
     TrainingDivergedError,
+    draw_shared_seed,
     fit_module,
     seeded_torch,
     training_config,
@@ -283,7 +284,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
       networks, each with its own seed and so its own initialisation,
       validation split and mini-batches, and divides the logits by the
       geometric mean of their temperatures: one network's ECE moves with its
-      seed, the mean of several is steadier.
+      seed, the mean of several is steadier; they train together until the first
+      of them stops early (``member_stopping``).
 
     Why each of these defaults: the AdaptiveTS sections of
     ``benchmarks/results/decisions.md``.
@@ -346,8 +348,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         ``random_state``'s) and so its own initialisation, validation split
         and shuffling; ``T(x)`` is the geometric mean of their temperatures
         (see the departures above). With ``member_training="sequential"``
-        fitting takes ``n_members`` times as long; 1 is the published model, and ``confidence_inputs=True, n_members=5``
-        the steadier recipe
+        fitting takes up to ``n_members`` times as long; 1 is the published
+        model, and ``confidence_inputs=True, n_members=5`` the steadier recipe
         (``benchmarks/results/decisions.md#adaptivets-ensemble-and-confidence-inputs``).
     member_training : {"batched", "sequential"}, default="batched"
         How ``n_members > 1`` networks train. ``"batched"``: stacked into one
@@ -364,6 +366,17 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         members cost one forward and backward pass per step together
         (``benchmarks/results/adaptive_ensemble_speed.md``). One member
         always trains with :func:`reliacal.training.fit_module`.
+    member_stopping : {"first", "each"}, default="first"
+        How early stopping (``n_iter_no_change``) ends ``n_members > 1``
+        networks. ``"first"``: the first member to stop on its own
+        validation NLL ends the training of all, each keeping its own best
+        epoch up to then (one by one, a member trained past that epoch is cut
+        there, or retrained to it when its kept epoch lay beyond). ``"each"``:
+        every member trains until its own early stop, so the fit lasts as
+        long as the slowest. ``"first"`` because five members then cost
+        about one member's epochs, with an ECE and NLL within the split
+        noise of ``"each"``'s
+        (``benchmarks/results/decisions.md#adaptivets-member-stopping``).
     loss : "elbo" or callable, default="elbo"
         The training loss. ``"elbo"`` is the published one above. A callable
         ``loss(logits, y, sample_weight, variational) -> scalar tensor``
@@ -494,6 +507,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         "confidence_inputs": ["boolean"],
         "n_members": [Interval(numbers.Integral, 1, None, closed="left")],
         "member_training": [StrOptions({"batched", "sequential"})],
+        "member_stopping": [StrOptions({"first", "each"})],
         "loss": [StrOptions({"elbo"}), callable],
         "random_state": TRAINING_CONSTRAINTS["random_state"],
         "n_threads": THREADS_CONSTRAINT,
@@ -516,6 +530,7 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
         confidence_inputs: bool = False,
         n_members: int = 1,
         member_training: str = "batched",
+        member_stopping: str = "first",
         loss="elbo",
         random_state=None,
         batch_size: int = 128,
@@ -577,6 +592,10 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             torch.as_tensor(y_index, dtype=torch.int64),
         )
         seed = self._fit_seed()
+        if seed is None and self.n_members > 1:
+            # The members' seeds come from one drawn seed, so that a member can be retrained
+            # alike (member_stopping="first" one by one).
+            seed = int(draw_shared_seed())
         self.sampling_seed_ = 0 if seed is None else seed
         seeds = _member_seeds(seed, self.n_members)
         # Filled member by member; a divergence hands the members already trained to the error.
@@ -585,13 +604,28 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             if self.n_members > 1 and self.member_training == "batched":
                 self._fit_stacked(data, logits, y_index, weights, seeds, hidden, temperature_hidden)
                 return
+            bound = self.max_epochs
             for index, member_seed in enumerate(seeds):
                 if self.verbose and self.n_members > 1:
                     print(f"AdaptiveTS: member {index + 1} of {self.n_members}", flush=True)
                 start = self._start_member(
                     data, logits, y_index, weights, member_seed, hidden, temperature_hidden
                 )
-                self._train_member(start, data)
+                self.members_.append(self._train_member(start, data, bound, index))
+                if self.member_stopping == "first":
+                    bound = min(bound, len(self.members_[-1].history))
+            # A member that stopped early ends the training of those before it too: each
+            # is cut at that epoch, and retrained to it if its kept epoch lies beyond.
+            for index, member in enumerate(self.members_):
+                if len(member.history) <= bound:
+                    continue
+                if member.best_epoch <= bound:
+                    self.members_[index] = member._replace(history=member.history[:bound])
+                    continue
+                start = self._start_member(
+                    data, logits, y_index, weights, member.random_state, hidden, temperature_hidden
+                )
+                self.members_[index] = self._train_member(start, data, bound, index)
 
     def _start_member(
         self, data, logits, y_index, weights, seed, hidden, temperature_hidden
@@ -623,13 +657,12 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             network, train_rows, validation_rows, global_ts, seed, logits, y_index, weights
         )
 
-    def _member_config(self, seed):
+    def _member_config(self, seed, max_epochs):
         # The published optimiser: Adam (AdamW with weight_decay=0), constant rate, no
         # clipping; float32 throughout; the epoch of lowest validation NLL is kept.
         return training_config(
             self,
             (
-                "max_epochs",
                 "batch_size",
                 "learning_rate",
                 "weight_decay",
@@ -645,10 +678,11 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             mixed_precision=False,
             selection_metric="nll",
             random_state=seed,
+            max_epochs=max_epochs,
         )
 
-    def _train_member(self, start: _MemberStart, data) -> None:
-        """Train one member with the shared loop; append it to ``members_``."""
+    def _train_member(self, start: _MemberStart, data, max_epochs: int, index: int):
+        """Member ``index`` trained with the shared loop for at most ``max_epochs``."""
         train_data = Subset(data, start.train_rows.tolist())
         validation_data = (
             Subset(data, start.validation_rows.tolist()) if len(start.validation_rows) else None
@@ -660,21 +694,20 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                     network,
                     _adaptive_ts_loss if self.loss == "elbo" else _loss_from_terms(self.loss),
                     train_data,
-                    config=self._member_config(start.seed),
+                    config=self._member_config(start.seed, max_epochs),
                     validation_data=validation_data,
                     logits_fn=_output_logits,
                     chance_advice=_CHANCE_ADVICE,
                 )
         except TrainingDivergedError as error:
-            index = len(self.members_)
             diverged = TrainingDivergedError(
                 f"AdaptiveTS member {index + 1} of {self.n_members}: {error} The error's "
                 f"module is that network with the last good weights, its members the {index} "
                 "members trained before it; the estimator is left unfitted."
             )
-            diverged.module, diverged.members = network, list(self.members_)
+            diverged.module, diverged.members = network, list(self.members_[:index])
             raise diverged from error
-        self._finish_member(start, result)
+        return self._finish_member(start, result)
 
     def _fit_stacked(self, data, logits, y_index, weights, seeds, hidden, temperature_hidden):
         """Train every member at once as one stacked network (``member_training="batched"``)."""
@@ -690,10 +723,11 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                 data,
                 [(start.train_rows, start.validation_rows) for start in starts],
                 seeds,
-                config=self._member_config(None),
+                config=self._member_config(None, self.max_epochs),
                 loss_fn=stacked_elbo if self.loss == "elbo" else stacked_loss_from_terms(self.loss),
                 chance_advice=_CHANCE_ADVICE,
                 threads=self._threads,
+                member_stopping=self.member_stopping,
             )
         except TrainingDivergedError as error:
             index = getattr(error, "member_index", 0)
@@ -705,11 +739,12 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
             )
             diverged.module, diverged.members = error.module, []
             raise diverged from error
-        for start, result in zip(starts, results):
-            self._finish_member(start, result)
+        self.members_ = [
+            self._finish_member(start, result) for start, result in zip(starts, results)
+        ]
 
-    def _finish_member(self, start: _MemberStart, result) -> None:
-        """The fallback to the single temperature, then the member appended to ``members_``."""
+    def _finish_member(self, start: _MemberStart, result) -> AdaptiveTSMember:
+        """The trained member, after the fallback to the single temperature."""
         network, global_ts = start.network, start.global_ts
         logits, y_index, weights = start.logits, start.y_index, start.weights
         fell_back = False
@@ -730,10 +765,8 @@ class AdaptiveTS(NetworkEstimatorMixin, BaseCalibrator):
                 fell_back = True
         best_epoch = result.best_epoch if result.best_epoch else len(result.history)
         initial_temperature = None if global_ts is None else global_ts.temperature_
-        self.members_.append(
-            AdaptiveTSMember(
-                network, result.history, best_epoch, initial_temperature, fell_back, start.seed
-            )
+        return AdaptiveTSMember(
+            network, result.history, best_epoch, initial_temperature, fell_back, start.seed
         )
 
     def _calibrated_logits(self, features, logits) -> np.ndarray:

@@ -155,16 +155,22 @@ def test_members_of_other_shapes_are_refused():
 # product), which a few epochs of Adam steps carry to the temperatures at about 1e-7 to
 # 1e-6: 1e-5 bounds it with a margin, and an error in the draws (another batch, sample
 # or split) moves the temperatures by 1e-3 or more.
+@pytest.mark.parametrize("member_stopping", ["each", "first"])
 @pytest.mark.parametrize("confidence_inputs", [False, True])
-def test_batched_members_are_the_one_by_one_members(confidence_inputs):
+def test_batched_members_are_the_one_by_one_members(confidence_inputs, member_stopping):
     logits, y = _logit_problem()
-    # Early stopping after 2 epochs without a better NLL: members stop at different epochs.
+    # Early stopping after 2 epochs without a better NLL: with "each", members stop at
+    # different epochs; with "first", all at the earliest of these, one by one after
+    # cutting or retraining the members trained before the earliest.
     params = {**SMALL, "confidence_inputs": confidence_inputs, "n_members": 4}
-    params.update(max_epochs=12, n_iter_no_change=2)
+    params.update(max_epochs=12, n_iter_no_change=2, member_stopping=member_stopping)
     batched = AdaptiveTS(**params).fit(logits, y)
     sequential = AdaptiveTS(**params, member_training="sequential").fit(logits, y)
     epochs = [len(member.history) for member in sequential.members_]
-    assert len(set(epochs)) > 1  # some member left the stack before the others
+    if member_stopping == "each":
+        assert len(set(epochs)) > 1  # some member left the stack before the others
+    else:
+        assert len(set(epochs)) == 1 and epochs[0] < 12
     for ours, theirs in zip(batched.members_, sequential.members_):
         assert ours.random_state == theirs.random_state
         assert len(ours.history) == len(theirs.history)
@@ -183,6 +189,33 @@ def test_batched_members_are_the_one_by_one_members(confidence_inputs):
     np.testing.assert_allclose(
         batched.predict_proba(logits), sequential.predict_proba(logits), rtol=1e-5, atol=1e-9
     )
+
+
+@pytest.mark.parametrize("member_training", ["batched", "sequential"])
+def test_the_first_member_to_stop_ends_the_training_of_all(member_training):
+    logits, y = _logit_problem()
+    params = {**SMALL, "n_members": 4, "max_epochs": 30, "n_iter_no_change": 2}
+    params["member_training"] = member_training
+    each = AdaptiveTS(**params, member_stopping="each").fit(logits, y)
+    first = AdaptiveTS(**params, member_stopping="first").fit(logits, y)
+    epochs = [len(member.history) for member in each.members_]
+    bound = min(epochs)
+    # The rule binds, and a member trained before the earliest to stop kept an epoch
+    # beyond it (so that one by one it is retrained, not only cut).
+    assert [epoch > bound for epoch in epochs] == [True, True, True, False]
+    assert each.members_[1].best_epoch > bound
+    for own, bounded in zip(each.members_, first.members_):
+        # The same member, cut at the earliest stop: its history is a prefix of the
+        # unbounded one, and the kept epoch the best validation NLL of that prefix.
+        assert len(bounded.history) == bound
+        prefix = own.history[: len(bounded.history)]
+        for key in ("train_loss", "val_nll"):
+            np.testing.assert_allclose(
+                [entry[key] for entry in bounded.history],
+                [entry[key] for entry in prefix],
+                rtol=1e-5,
+            )
+        assert bounded.best_epoch == 1 + int(np.argmin([entry["val_nll"] for entry in prefix]))
 
 
 def test_batched_members_differ_and_the_ensemble_saves_and_exports(tmp_path):
