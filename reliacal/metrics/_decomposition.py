@@ -115,10 +115,6 @@ def _pooled_by_forecast(sorted_confidence: np.ndarray, sorted_outcome: np.ndarra
     return sorted_confidence[ends], counts, frequency
 
 
-def _corp_scores(y_true, y_prob, mode, labels):
-    return checked_scores(y_true, y_prob, mode, labels=labels)
-
-
 @shared_doc(METRIC_DOCS)
 def corp_reliability(y_true, y_prob, *, mode: str = "top-label", labels=None) -> CorpReliability:
     r"""CORP reliability curve: isotonic regression of the outcome on the forecast.
@@ -158,7 +154,7 @@ def corp_reliability(y_true, y_prob, *, mode: str = "top-label", labels=None) ->
     >>> curve.calibrated
     array([0. , 0.5, 0.5, 1. ])
     """
-    confidence, outcome = _corp_scores(y_true, y_prob, mode, labels)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     distinct, counts, frequency = _pooled_by_forecast(*sort_scores(confidence, outcome))
     calibrated = pool_adjacent_violators(frequency, counts.astype(np.float64))
     return CorpReliability(distinct, calibrated, counts.astype(np.int64))
@@ -219,7 +215,7 @@ def score_decomposition(
     [0.185, 0.06, 0.125, 0.25]
     """
     check_option(score, "score", SCORES)
-    confidence, outcome = _corp_scores(y_true, y_prob, mode, labels)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return decomposition_of_sorted(*sort_scores(confidence, outcome), score)
 
 

@@ -17,10 +17,6 @@ SWEEP_NORMS = ("l1", "l2")
 _SLICED_COUNTS = 8
 
 
-def _scores(y_true, y_prob, mode, labels):
-    return checked_scores(y_true, y_prob, mode, labels=labels)
-
-
 def _group_means(cumulative: np.ndarray, n_samples: int, n_bins: int) -> np.ndarray:
     """Means of the ``numpy.array_split`` groups, from a cumulative sum with a leading 0."""
     base, extra = divmod(n_samples, n_bins)
@@ -149,7 +145,7 @@ def monotonic_sweep_calibration_error(
     (0.2833, 4)
     """
     check_option(norm, "norm", SWEEP_NORMS)
-    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     error, n_bins = sweep_of_sorted(*sort_scores(confidence, outcome), norm)
     return (error, n_bins) if return_n_bins else error
 
@@ -157,7 +153,7 @@ def monotonic_sweep_calibration_error(
 def _binned(y_true, y_prob, n_bins, strategy, mode, labels):
     n_bins = check_n_bins(n_bins)
     check_option(strategy, "strategy", STRATEGIES)
-    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return bin_scores(confidence, outcome, n_bins, strategy)
 
 
@@ -255,5 +251,5 @@ def signed_calibration_error(y_true, y_prob, *, mode: str = "top-label", labels=
     >>> round(signed_calibration_error([0, 1, 1, 0], y_prob), 4)
     0.0
     """
-    confidence, outcome = _scores(y_true, y_prob, mode, labels)
+    confidence, outcome = checked_scores(y_true, y_prob, mode, labels=labels)
     return float(np.mean(confidence) - np.mean(outcome))
